@@ -49,7 +49,7 @@ def _environment(plan):
     os.environ.update(plan.environ)
 
 
-def _steps(plan):
+def steps(plan):
     return (
         ("parent-death-signal", lambda: privileges.set_parent_death_signal(signal.SIGKILL, plan.parent_pid)),
         ("close-descriptors", lambda: _close_inherited(plan.keep_fds)),
@@ -63,12 +63,12 @@ def _steps(plan):
     )
 
 
-STEP_NAMES = tuple(name for name, _ in _steps(None))
+STEP_NAMES = tuple(name for name, _ in steps(None))
 
 
 def apply(plan: Plan) -> None:
     """Confine the calling (single-threaded, freshly forked) process."""
-    for name, step in _steps(plan):
+    for name, step in steps(plan):
         try:
             step()
         except Exception as exc:  # every failure is fatal and named

@@ -154,13 +154,22 @@ def _syscall(number, *args):
     return result
 
 
-def abi_version() -> int:
-    """The kernel's Landlock ABI, or 0 where Landlock is missing or disabled."""
+def probe() -> tuple:
+    """(ABI, errno): the kernel's Landlock ABI, or 0 and why it is missing.
+
+    ENOSYS means a kernel built without Landlock, EOPNOTSUPP one that has it
+    but did not enable it at boot.  Asking changes nothing in this process.
+    """
     try:
         create, _, _ = _numbers()
-        return _syscall(create, None, ctypes.c_size_t(0), ctypes.c_uint32(CREATE_RULESET_VERSION))
-    except OSError:
-        return 0
+        return _syscall(create, None, ctypes.c_size_t(0), ctypes.c_uint32(CREATE_RULESET_VERSION)), 0
+    except OSError as exc:
+        return 0, exc.errno
+
+
+def abi_version() -> int:
+    """The kernel's Landlock ABI, or 0 where Landlock is missing or disabled."""
+    return probe()[0]
 
 
 def _attr_size(abi: int) -> int:

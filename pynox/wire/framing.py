@@ -83,7 +83,7 @@ class LineFramer:
             return
         view = memoryview(data)
         start = 0
-        while (newline := data.find(b"\n", start)) >= 0 and start < 10**9:
+        while (newline := data.find(b"\n", start)) >= 0:
             self._absorb(view[start:newline], complete=True)
             start = newline + 1
         self._absorb(view[start:], complete=False)
