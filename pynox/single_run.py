@@ -222,7 +222,11 @@ def _valid_error(error):
     }
 
 
-def result(finished: Finished, policy: Policy, backend: str) -> dict:
+def runtime_info(mode: str) -> dict:
+    return {"name": "pynox", "python": platform.python_version(), "mode": mode}
+
+
+def result(finished: Finished, policy: Policy, backend: str, runtime: dict | None = None) -> dict:
     """The ``--json`` result: the pool's result shape less the request fields."""
     code, error = outcome(finished, policy)
     return {
@@ -234,7 +238,7 @@ def result(finished: Finished, policy: Policy, backend: str) -> dict:
         "stderr_truncated": bool(finished.stderr and finished.stderr.truncated),
         "duration_ms": finished.duration_us // 1000,
         "duration_us": finished.duration_us,
-        "runtime": {"name": "pynox", "python": platform.python_version(), "mode": "run"},
+        "runtime": runtime or runtime_info("run"),
         "policy": policy.describe(backend),
     }
 

@@ -1,0 +1,528 @@
+"""The pool's event loop: requests in, jobs through templates, results out.
+
+One thread, one selector, in the manner of gunicorn's arbiter: wait for
+readiness or the nearest deadline, handle what is ready, enforce deadlines,
+replace broken templates, finish jobs.  Signal handlers only wake the loop.
+Every request line gets exactly one answer carrying its id (or null when it
+has none); a job's result is built from what the kernel and the template
+report (exit status, pidfd) plus what its own child wrote, so a task can
+never speak for another job.
+"""
+
+import os
+import selectors
+import signal
+import socket
+import time
+
+import orjson
+
+from pynox.capture import BoundedBuffer
+from pynox.child.serve import policy_to_wire
+from pynox.errors import RequestError
+from pynox.single_run import DRAIN_S, Finished, backend_name, result, runtime_info
+from pynox.supervisor import outcomes
+from pynox.supervisor.config import PoolConfig
+from pynox.supervisor.machines import JobState, TemplateState, job_lifecycle
+from pynox.supervisor.requests import JobSpec, request_id, validate
+from pynox.supervisor.templates import CONTROL_BOUND_S, TemplateProcess
+from pynox.wire import EOF, NEED_DATA, Connection, DecodeError, Line, LineFramer, Oversized, ProtocolError, Reply, \
+    Request, decode
+
+MAX_REQUEST_LINE = 1 << 20
+OUTPUT_HIGH_WATER = 1 << 20  # pending result bytes above which intake pauses
+MAX_BOOT_FAILURES = 3
+
+
+class PoolStartError(Exception):
+    """The pool cannot start (or keep) its templates; the message says why."""
+
+
+class Job:
+    def __init__(self, spec: JobSpec):
+        self.spec = spec
+        self.life = job_lifecycle()
+        self.queued_ns = time.monotonic_ns()
+        self.started_ns = None
+        self.template = None
+        self.pid = None
+        self.pidfd = None
+        self.sock = None
+        self.conn = None
+        self.run_id = None
+        self.streams = {}  # fd -> BoundedBuffer, stdout first
+        self.open_fds = set()  # of streams, not yet at EOF
+        self.reply = None
+        self.status = None
+        self.exited_ns = None
+        self.deadline_ns = None
+        self.timed_out = False
+
+    @property
+    def state(self) -> JobState:
+        return self.life.state
+
+
+class Pool:
+    def __init__(self, config: PoolConfig, *, stdin_fd=0, stdout_fd=1, log=None, cwd=None):
+        self.config = config
+        self.cwd = cwd or os.getcwd()
+        self.stdin_fd = stdin_fd
+        self.stdout_fd = stdout_fd
+        self.log = log
+        # poll, not epoll: stdin and stdout may be regular files (``< requests.jsonl``),
+        # which epoll refuses and poll reports as always ready.
+        self.selector = selectors.PollSelector()
+        self.framer = LineFramer(MAX_REQUEST_LINE)
+        self.stdin_open = True
+        self.stdin_registered = False
+        self.queue = []
+        self.in_flight = {}  # request id -> Job (queued or running)
+        self.templates = []
+        self.pending_out = bytearray()
+        self.stats = outcomes.Stats(workers=config.workers)
+        self.boot_failures = 0
+        self.stop_signal = None
+        self.abi = None
+        self.preloaded = []
+
+    # -- start and stop -------------------------------------------------
+
+    def start(self) -> None:
+        os.set_blocking(self.stdout_fd, False)
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(wake_w, False)
+        self.wake_r = wake_r
+        signal.set_wakeup_fd(wake_w)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, self._on_signal)
+        self.selector.register(wake_r, selectors.EVENT_READ, self._on_wake)
+        for index in range(self.config.workers):
+            self._start_template(index)
+        while any(t.state is TemplateState.STARTING for t in self.templates):
+            self._turn()
+            if self.stop_signal is not None:
+                raise PoolStartError(f"stopped by signal {self.stop_signal} while starting")
+        self.preloaded = self.templates[0].preloaded
+        self._emit({"event": "ready", "workers": self.config.workers, "runtime": "pynox",
+                    "preloaded_modules": list(self.preloaded), "package_dirs": list(self.config.package_dirs),
+                    "config": self.config.path, "profiles": sorted(self.config.profiles)})
+
+    def _on_signal(self, signum, frame):
+        self.stop_signal = signum
+
+    def _on_wake(self, _mask):
+        try:
+            while os.read(self.wake_r, 512):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _start_template(self, index):
+        template = TemplateProcess(index, self.config.preload, self.config.package_dirs, self.cwd)
+        self.templates.append(template)
+        self.selector.register(template.sock, selectors.EVENT_READ, lambda _m, t=template: self._on_control(t))
+        self.selector.register(template.pidfd, selectors.EVENT_READ,
+                               lambda _m, t=template: self._template_failed(t, "the template process died"))
+
+    def shutdown(self) -> None:
+        """Kill every child and template; nothing outlives the pool."""
+        for job in list(self.in_flight.values()):
+            if job.pidfd is not None:
+                try:
+                    signal.pidfd_send_signal(job.pidfd, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for template in self.templates:
+            if template.state is not TemplateState.REPLACED and template.state is not TemplateState.STOPPED:
+                self._unregister(template.sock)
+                self._unregister(template.pidfd)
+                template.life.fire("stop")
+                template.kill() if self.stop_signal is not None else template.stop()
+        self._flush_blocking()
+
+    # -- the loop -------------------------------------------------------
+
+    def serve(self) -> int:
+        """Run until stdin ends and every accepted job is answered; the exit status."""
+        while True:
+            if self.stop_signal is not None:
+                return 128 + self.stop_signal
+            self._dispatch()
+            if not self.stdin_open and not self.in_flight and not self.pending_out:
+                return 0
+            self._turn()
+
+    def _turn(self):
+        self._update_intake()
+        timeout = self._next_deadline()
+        for key, mask in self.selector.select(timeout):
+            key.data(mask)
+        self._enforce_deadlines()
+
+    def _update_intake(self):
+        want = (self.stdin_open and len(self.queue) < 2 * self.config.workers
+                and len(self.pending_out) < OUTPUT_HIGH_WATER and self.stop_signal is None
+                and not any(t.state is TemplateState.STARTING for t in self.templates if not self.preloaded))
+        if want and not self.stdin_registered:
+            self.selector.register(self.stdin_fd, selectors.EVENT_READ, self._on_stdin)
+        elif not want and self.stdin_registered:
+            self.selector.unregister(self.stdin_fd)
+        self.stdin_registered = want
+        if self.pending_out:
+            self._modify_stdout(True)
+
+    def _modify_stdout(self, want):
+        try:
+            self.selector.get_key(self.stdout_fd)
+            if not want:
+                self.selector.unregister(self.stdout_fd)
+        except KeyError:
+            if want:
+                self.selector.register(self.stdout_fd, selectors.EVENT_WRITE, self._on_stdout)
+
+    def _next_deadline(self):
+        now = time.monotonic()
+        deadlines = [t.control_deadline for t in self.templates if t.control_deadline is not None]
+        for job in self.in_flight.values():
+            if job.deadline_ns is not None and not job.timed_out:
+                deadlines.append(job.deadline_ns / 1e9)
+            if job.exited_ns is not None:
+                deadlines.append(job.exited_ns / 1e9 + DRAIN_S)
+        if not deadlines:
+            return None
+        return max(0.0, min(deadlines) - now)
+
+    def _enforce_deadlines(self):
+        now_ns = time.monotonic_ns()
+        for template in list(self.templates):
+            if template.control_deadline is not None and now_ns / 1e9 >= template.control_deadline:
+                self._template_failed(template, "the template stopped answering its control messages")
+        for job in list(self.in_flight.values()):
+            if job.deadline_ns is not None and not job.timed_out and now_ns >= job.deadline_ns:
+                job.timed_out = True
+                self._kill_child(job)
+            self._maybe_finish(job)
+
+    # -- stdin and stdout -------------------------------------------------
+
+    def _on_stdin(self, _mask):
+        try:
+            data = os.read(self.stdin_fd, 1 << 16)
+        except BlockingIOError:
+            return
+        self.framer.feed(data)
+        while True:
+            frame = self.framer.next_frame()
+            if frame is NEED_DATA:
+                return
+            if frame is EOF:
+                self.stdin_open = False
+                return
+            if isinstance(frame, Oversized):
+                self._request_error(None, f"request line longer than {MAX_REQUEST_LINE} bytes was discarded")
+            elif isinstance(frame, Line):
+                self._on_request_line(frame.data)
+
+    def _on_request_line(self, line: bytes):
+        if not line.strip():
+            return
+        try:
+            obj = decode(line)
+        except DecodeError as exc:
+            self._request_error(None, f"invalid request: {exc.message}")
+            return
+        rid = request_id(obj)
+        if rid is None:
+            self._request_error(None, "request has no id (a string or an integer)")
+            return
+        if "stats" in obj:
+            if obj.get("stats") is not True or set(obj) != {"id", "stats"}:
+                self._request_error(rid, 'a stats request is exactly {"id": ..., "stats": true}')
+            else:
+                self._emit({"id": rid, "event": "stats", **self.stats.snapshot()})
+            return
+        if rid in self.in_flight:
+            self._request_error(rid, f"id {rid!r} is already in flight")
+            return
+        try:
+            spec = validate(obj, self.config, self.cwd)
+        except RequestError as exc:
+            self._request_error(rid, str(exc))
+            return
+        job = Job(spec)
+        self.in_flight[rid] = job
+        self.queue.append(job)
+
+    def _on_stdout(self, _mask):
+        try:
+            written = os.write(self.stdout_fd, self.pending_out)
+        except BlockingIOError:
+            return
+        except BrokenPipeError:
+            self.pending_out.clear()
+            self.stdin_open = False  # nobody reads results: stop taking work
+            return
+        del self.pending_out[:written]
+        if not self.pending_out:
+            self._modify_stdout(False)
+
+    def _emit(self, obj):
+        self.pending_out += orjson.dumps(obj) + b"\n"
+        self._modify_stdout(True)
+
+    def _flush_blocking(self):
+        if self.pending_out:
+            os.set_blocking(self.stdout_fd, True)
+            try:
+                os.write(self.stdout_fd, self.pending_out)
+            except OSError:
+                pass
+            self.pending_out.clear()
+
+    def _request_error(self, rid, message):
+        self.stats.record("RequestError", None)
+        self._emit(outcomes.request_error(rid, message, self._runtime()))
+        self._log_line(rid, 2, "RequestError", message, 0, 0, False, False)
+
+    # -- dispatch -------------------------------------------------------
+
+    def _dispatch(self):
+        while self.queue:
+            template = next((t for t in self.templates if t.idle), None)
+            if template is None:
+                return
+            job = self.queue.pop(0)
+            self._spawn(job, template)
+
+    def _spawn(self, job: Job, template: TemplateProcess):
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        ours, theirs = socket.socketpair()
+        job.life.fire("dispatch")
+        job.template = template
+        template.job = job
+        job.sock = ours
+        job.streams = {out_r: BoundedBuffer(job.spec.policy.max_output),
+                       err_r: BoundedBuffer(job.spec.policy.max_output)}
+        job.open_fds = set(job.streams)
+        for fd in job.streams:
+            os.set_blocking(fd, False)
+            self.selector.register(fd, selectors.EVENT_READ, lambda _m, j=job, f=fd: self._on_stream(j, f))
+        try:
+            template.spawn_id, data = template.conn.send_request("spawn")
+            template.send(data, fds=(out_w, err_w, theirs.fileno()))
+            template.control_deadline = time.monotonic() + CONTROL_BOUND_S
+        except OSError as exc:
+            self._template_failed(template, f"cannot reach the template: {exc}")
+        finally:
+            for fd in (out_w, err_w):
+                os.close(fd)
+            theirs.close()
+
+    def _on_spawned(self, template: TemplateProcess, reply: Reply):
+        job = template.job
+        template.spawn_id = None
+        template.control_deadline = None
+        if "pid" not in reply.body or not template.received_fds:
+            self._template_failed(template, f"spawn failed: {reply.body.get('error', 'no pidfd')}")
+            return
+        job.pid = reply.body["pid"]
+        job.pidfd = template.received_fds.pop(0)
+        self.selector.register(job.pidfd, selectors.EVENT_READ, lambda _m, j=job: self._on_child_exit(j))
+        job.conn = Connection()
+        job.run_id, data = job.conn.send_request(
+            "run", task={"kind": job.spec.task.kind, "target": job.spec.task.target, "name": job.spec.task.name,
+                         "args": list(job.spec.task.args)},
+            policy=policy_to_wire(job.spec.policy), cwd=self.cwd)
+        job.started_ns = time.monotonic_ns()
+        job.deadline_ns = job.started_ns + job.spec.policy.timeout_ms * 1_000_000
+        job.life.fire("start")
+        try:
+            job.sock.settimeout(CONTROL_BOUND_S)
+            job.sock.sendall(data)
+        except OSError:
+            pass  # the child died before its job arrived; its exit status tells the rest
+        job.sock.setblocking(False)
+        self.selector.register(job.sock, selectors.EVENT_READ, lambda _m, j=job: self._on_child_wire(j))
+
+    # -- template control ----------------------------------------------
+
+    def _on_control(self, template: TemplateProcess):
+        try:
+            data = template.receive()
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            self._template_failed(template, f"control socket failed: {exc}")
+            return
+        if not data:
+            self._template_failed(template, "the template closed its control socket")
+            return
+        template.conn.receive_data(data)
+        while template.state in (TemplateState.STARTING, TemplateState.WARM):
+            event = template.conn.next_event()
+            if event is NEED_DATA or event is EOF:
+                return
+            if isinstance(event, ProtocolError):
+                self._template_failed(template, f"malformed control message: {event.message}")
+            elif isinstance(event, Reply):
+                self._on_spawned(template, event)
+            elif event.op == "ready" and template.state is TemplateState.STARTING:
+                template.preloaded = event.body.get("preloaded_modules", [])
+                self.abi = event.body.get("landlock_abi")
+                template.control_deadline = None
+                template.life.fire("ready")
+                self.boot_failures = 0
+            elif event.op == "broken":
+                self._template_failed(template, str(event.body.get("reason")), boot=True)
+            elif event.op == "exited":
+                self._on_exited(template, event)
+            else:
+                self._template_failed(template, f"unexpected control request {event.op!r}")
+
+    def _on_exited(self, template: TemplateProcess, event: Request):
+        template.send(template.conn.send_reply(event))
+        job = template.job
+        if job is not None and job.pid == event.body.get("pid"):
+            job.status = event.body.get("status")
+            job.exited_ns = job.exited_ns or time.monotonic_ns()
+            self._maybe_finish(job)
+
+    def _template_failed(self, template: TemplateProcess, reason: str, boot: bool = False):
+        if template.state not in (TemplateState.STARTING, TemplateState.WARM):
+            return
+        was_starting = template.state is TemplateState.STARTING
+        template.reason = reason
+        template.life.fire("fail")
+        self._unregister(template.sock)
+        self._unregister(template.pidfd)
+        job = template.job
+        template.kill()
+        if job is not None:
+            self._crash(job, f"the template running this job failed: {reason}")
+        template.life.fire("replace")
+        if was_starting or boot:
+            self.boot_failures += 1
+            if not self.preloaded or self.boot_failures >= MAX_BOOT_FAILURES:
+                raise PoolStartError(f"template failed to start: {reason}")
+        self._start_template(template.index)
+
+    # -- job streams and completion ------------------------------------
+
+    def _on_stream(self, job: Job, fd: int):
+        try:
+            data = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        job.streams[fd].feed(data)
+        if not data:
+            self._unregister(fd)
+            os.close(fd)
+            job.open_fds.discard(fd)
+            self._maybe_finish(job)
+
+    def _on_child_wire(self, job: Job):
+        try:
+            data = job.sock.recv(1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if job.reply is None:
+            job.conn.receive_data(data)
+            while job.reply is None:
+                event = job.conn.next_event()
+                if event is NEED_DATA or event is EOF:
+                    break
+                if isinstance(event, Reply) and event.id == job.run_id:
+                    job.reply = event.body
+        if not data:
+            self._unregister(job.sock)
+            job.sock.close()
+            job.sock = None
+            self._maybe_finish(job)
+
+    def _on_child_exit(self, job: Job):
+        self._unregister(job.pidfd)
+        job.exited_ns = job.exited_ns or time.monotonic_ns()
+
+    def _kill_child(self, job: Job):
+        if job.pidfd is not None:
+            try:
+                signal.pidfd_send_signal(job.pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def _maybe_finish(self, job: Job):
+        if job.state is not JobState.RUNNING or job.status is None:
+            return
+        drained = not job.open_fds and job.sock is None
+        if not drained and time.monotonic_ns() - job.exited_ns < DRAIN_S * 1e9:
+            return
+        finished = Finished(status=job.status, timed_out=job.timed_out, reply=job.reply,
+                            stdout=list(job.streams.values())[0], stderr=list(job.streams.values())[1],
+                            duration_us=(job.exited_ns - job.started_ns) // 1000)
+        job.life.fire("time_out" if job.timed_out else "finish")
+        body = result(finished, job.spec.policy, backend_name(self.abi), self._runtime())
+        self._complete(job, body)
+
+    def _crash(self, job: Job, message: str):
+        self._kill_child(job)
+        job.life.fire("crash")
+        body = outcomes.worker_error(message, job.spec.policy, backend_name(self.abi), self._runtime())
+        self._complete(job, body)
+
+    def _complete(self, job: Job, body: dict):
+        queue_us = ((job.started_ns or time.monotonic_ns()) - job.queued_ns) // 1000
+        ordered = {"id": job.spec.id, **body, "queue_us": queue_us}
+        self._emit(ordered)
+        error = body["error"]
+        self.stats.record(error["type"] if error else None, body["exit"], body["duration_ms"], queue_us)
+        self._log_line(job.spec.id, body["exit"], error["type"] if error else None,
+                       error["message"] if error else None, body["duration_ms"], queue_us,
+                       job.spec.policy.network, body["stdout_truncated"] or body["stderr_truncated"])
+        self._release(job)
+
+    def _release(self, job: Job):
+        for fd in job.open_fds:
+            self._unregister(fd)
+            os.close(fd)
+        job.open_fds.clear()
+        if job.sock is not None:
+            self._unregister(job.sock)
+            job.sock.close()
+            job.sock = None
+        if job.pidfd is not None:
+            self._unregister(job.pidfd)
+            os.close(job.pidfd)
+            job.pidfd = None
+        if job.template is not None and job.template.job is job:
+            job.template.job = None
+        self.in_flight.pop(job.spec.id, None)
+
+    # -- helpers --------------------------------------------------------
+
+    def _unregister(self, fileobj):
+        try:
+            self.selector.unregister(fileobj)
+        except (KeyError, ValueError):
+            pass
+
+    def _runtime(self):
+        return {**runtime_info("pool"), "preloaded_modules": list(self.preloaded)}
+
+    def _log_line(self, rid, code, error_type, message, duration_ms, queue_us, network, truncated):
+        if self.log is None:
+            return
+        line = {"ts_ms": int(time.time() * 1000), "event": "job", "id": rid, "session": None, "step": None,
+                "exit": code, "error": error_type, "message": message, "duration_ms": duration_ms,
+                "queue_us": queue_us, "network": "allow" if network else "deny", "truncated": truncated}
+        try:
+            self.log.write(orjson.dumps(line) + b"\n")
+            self.log.flush()
+        except OSError:
+            pass
