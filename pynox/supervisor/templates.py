@@ -32,7 +32,9 @@ class TemplateProcess:
         self.preloaded = []
         self.reason = None
         ours, theirs = socket.socketpair()
-        env = {**BASE_ENV, **THREAD_ENV}
+        # BLAS pools started at import would make the template multi-threaded,
+        # and forking a threaded process is unsafe: preloaded numpy runs on one thread.
+        env = {**BASE_ENV, **{name: "1" for name in THREAD_ENV}}
         self.process = subprocess.Popen(
             [sys.executable, "-I", "-m", "pynox.template", str(theirs.fileno()), str(os.getpid()),
              ",".join(preload), os.pathsep.join(package_dirs)],

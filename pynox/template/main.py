@@ -207,7 +207,10 @@ def main(argv=None) -> int:
         _check_descriptors(control_fd)
     except Broken as exc:
         _, data = conn_for_boot.send_request("broken", reason=str(exc))
-        control.sendall(data)
+        try:
+            control.sendall(data)
+        except OSError:
+            pass  # the supervisor is gone already; the exit status still says why
         return BOOT_ERROR
     ctx = Context(landlock_abi=abi, seccomp_programs=programs, parent_pid=os.getpid(), new_session=True,
                   hint_style="pool")
