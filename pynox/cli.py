@@ -135,11 +135,15 @@ def load_permissions(path: str) -> tuple:
     return section, os.path.dirname(os.path.abspath(path))
 
 
+def _plain_key(key: str) -> bool:
+    return bool(key) and key.replace("_", "a").isalnum() and key.isascii()
+
+
 def _env_pairs(values, where):
     env = {}
     for item in values:
         key, eq, value = item.partition("=")
-        if not eq or not key or "\0" in item or not key.replace("_", "a").isalnum():
+        if not eq or not _plain_key(key) or "\0" in item:
             raise UsageError(f"{where}: expected KEY=VALUE with a plain KEY, got {item!r}")
         env[key] = value
     return env
@@ -185,7 +189,10 @@ def build_policy(options, cwd, implicit_read=()) -> Policy:
             raise UsageError(f"--{key.replace('_', '-')}: {exc}") from exc
 
     network = options.get("allow_network", _check_type(section, "allow_network", bool, where) or False)
-    env = {**_env_pairs([f"{k}={v}" for k, v in env_table.items()], where), **_env_pairs(options["env"], "--env")}
+    for key, value in env_table.items():
+        if not _plain_key(key) or "\0" in value:
+            raise UsageError(f"{where}: permissions.env: {key!r} is not a plain KEY with a string value")
+    env = {**env_table, **_env_pairs(options["env"], "--env")}
     policy = Policy(
         allow_read=paths("allow_read"),
         allow_write=paths("allow_write"),

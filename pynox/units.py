@@ -10,6 +10,9 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)?")
 _DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, None: 1000}
 _SIZE = re.compile(r"(\d+)([kmgt]?)(i?b)?", re.IGNORECASE)
 _SIZE_SHIFT = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}
+# Limits travel as JSON integers and rlimits; beyond these they mean nothing.
+MAX_DURATION_MS = 7 * 24 * 3_600_000
+MAX_SIZE = 1 << 62
 
 
 def parse_duration_ms(value) -> int:
@@ -25,7 +28,10 @@ def parse_duration_ms(value) -> int:
     match = _DURATION.fullmatch(text)
     if not match:
         raise ValueError(f"not a duration: {value!r} (use e.g. 300ms, 5s, 2m)")
-    ms = round(float(match.group(1)) * _DURATION_MS[match.group(2)])
+    ms = float(match.group(1)) * _DURATION_MS[match.group(2)]
+    if not ms < MAX_DURATION_MS + 1:
+        raise ValueError(f"duration too long: {value!r} (at most 7 days)")
+    ms = round(ms)
     if ms <= 0:
         raise ValueError(f"duration must be positive: {value!r}")
     return ms
@@ -46,6 +52,8 @@ def parse_size(value) -> int:
         raise ValueError(f"not a size: {value!r}")
     if size <= 0:
         raise ValueError(f"size must be positive: {value!r}")
+    if size > MAX_SIZE:
+        raise ValueError(f"size too large: {value!r} (at most 4 EiB)")
     return size
 
 

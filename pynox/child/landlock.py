@@ -10,6 +10,7 @@ touching the kernel; only :func:`restrict_self` applies anything.
 
 import ctypes
 import enum
+import functools
 import errno
 import os
 import platform
@@ -76,6 +77,7 @@ WRITE = (
 )
 
 
+@functools.lru_cache(maxsize=None)
 def handled_fs(abi: int) -> FS:
     """Every filesystem right this ABI can deny: all of them are denied by default."""
     rights = FS(0)

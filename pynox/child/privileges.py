@@ -7,6 +7,7 @@ error: it would run the task believing it confined.
 
 import ctypes
 import errno
+import functools
 import os
 
 PR_SET_PDEATHSIG = 1
@@ -57,6 +58,7 @@ def set_no_new_privs() -> None:
         raise OSError(errno.EPERM, "no_new_privs did not stick")
 
 
+@functools.lru_cache(maxsize=None)
 def last_capability() -> int:
     try:
         with open("/proc/sys/kernel/cap_last_cap") as f:

@@ -37,6 +37,26 @@ class Context:
     hint_style: str  # "cli" or "pool"
 
 
+# Imported once by a template rather than by every job: a job that imports
+# them finds them loaded, and a job cannot change what the next one sees.
+COMMON_STDLIB = ("json", "re", "math", "random", "collections", "itertools", "functools", "datetime", "string",
+                 "textwrap", "dataclasses", "typing", "pathlib", "base64", "hashlib", "statistics", "csv", "io")
+
+
+def warm(ctx: Context) -> None:
+    """Do once in the forking parent what every child would otherwise redo."""
+    import importlib
+
+    from pynox.child import landlock, privileges
+    from pynox.policy import runtime_paths
+
+    runtime_paths()
+    landlock.handled_fs(ctx.landlock_abi)
+    privileges.last_capability()
+    for name in COMMON_STDLIB:
+        importlib.import_module(name)
+
+
 def policy_to_wire(policy: Policy) -> dict:
     return {name: getattr(policy, name) for name in Policy.__slots__}
 

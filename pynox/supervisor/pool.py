@@ -146,13 +146,29 @@ class Pool:
 
     def serve(self) -> int:
         """Run until stdin ends and every accepted job is answered; the exit status."""
-        while True:
-            if self.stop_signal is not None:
-                return 128 + self.stop_signal
-            self._dispatch()
-            if not self.stdin_open and not self.in_flight and not self.pending_out:
-                return 0
-            self._turn()
+        try:
+            while True:
+                if self.stop_signal is not None:
+                    self._abandon(f"the pool was stopped by {signal.Signals(self.stop_signal).name}")
+                    return 128 + self.stop_signal
+                self._dispatch()
+                if not self.stdin_open and not self.in_flight and not self.pending_out:
+                    return 0
+                self._turn()
+        except PoolStartError as exc:
+            self._abandon(f"the pool stopped: {exc}")
+            raise
+
+    def _abandon(self, reason: str) -> None:
+        """Answer every accepted job before stopping: none is dropped silently."""
+        for job in list(self.in_flight.values()):
+            if job.state is JobState.QUEUED:
+                job.life.fire("refuse")
+                body = outcomes.worker_error(reason, job.spec.policy, backend_name(self.abi), self._runtime())
+                self._complete(job, body)
+            elif job.state in (JobState.DISPATCHED, JobState.RUNNING):
+                self._crash(job, reason)
+        self.queue.clear()
 
     def _turn(self):
         self._update_intake()

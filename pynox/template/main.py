@@ -30,7 +30,7 @@ import threading
 
 from pynox.child import landlock, seccomp
 from pynox.child.privileges import set_parent_death_signal
-from pynox.child.serve import Context, serve
+from pynox.child.serve import Context, serve, warm
 from pynox.wire import EOF, NEED_DATA, Connection, ProtocolError, Request
 
 # Exit status meaning "do not restart me, my start itself is broken".
@@ -214,6 +214,7 @@ def main(argv=None) -> int:
         return BOOT_ERROR
     ctx = Context(landlock_abi=abi, seccomp_programs=programs, parent_pid=os.getpid(), new_session=True,
                   hint_style="pool")
+    warm(ctx)
     template = Template(control, ctx)
     template.conn = conn_for_boot
     template.request("ready", preloaded_modules=loaded, python=platform.python_version(), landlock_abi=abi)
