@@ -14,6 +14,7 @@ import selectors
 import signal
 import socket
 import time
+from dataclasses import dataclass
 
 import orjson
 
@@ -61,6 +62,23 @@ class Job:
     @property
     def state(self) -> JobState:
         return self.life.state
+
+
+@dataclass(slots=True, kw_only=True)
+class Spare:
+    """A child forked ahead of its job: its stdout, stderr and socket, then its pid and pidfd."""
+
+    out_r: int
+    err_r: int
+    sock: socket.socket
+    pid: int | None = None
+    pidfd: int | None = None
+
+    def close(self) -> None:
+        for fd in (self.out_r, self.err_r, self.pidfd):
+            if fd is not None:
+                os.close(fd)
+        self.sock.close()
 
 
 class Pool:
@@ -205,7 +223,7 @@ class Pool:
             if job.deadline_ns is not None and not job.timed_out:
                 deadlines.append(job.deadline_ns / 1e9)
             if job.exited_ns is not None:
-                deadlines.append(job.exited_ns / 1e9 + DRAIN_S)
+                deadlines.append(job.exited_ns / 1e9 + (DRAIN_S if job.status is not None else CONTROL_BOUND_S))
         if not deadlines:
             return None
         return max(0.0, min(deadlines) - now)
@@ -219,6 +237,8 @@ class Pool:
             if job.deadline_ns is not None and not job.timed_out and now_ns >= job.deadline_ns:
                 job.timed_out = True
                 self._kill_child(job)
+            if job.status is None and job.exited_ns is not None and now_ns - job.exited_ns > CONTROL_BOUND_S * 1e9:
+                self._template_failed(job.template, "the template did not report its child's exit")
             self._maybe_finish(job)
 
     # -- stdin and stdout -------------------------------------------------
@@ -303,49 +323,62 @@ class Pool:
         self._log_line(rid, 2, "RequestError", message, 0, 0, False, False)
 
     # -- dispatch -------------------------------------------------------
+    #
+    # Each warm template keeps one child forked ahead of any request: the
+    # child waits on its socket, knowing nothing, until a job is bound to it
+    # and its data sent.  Forking is then off the request's critical path.
 
     def _dispatch(self):
         while self.queue:
             template = next((t for t in self.templates if t.idle), None)
             if template is None:
                 return
-            job = self.queue.pop(0)
-            self._spawn(job, template)
+            self._bind(self.queue.pop(0), template)
 
-    def _spawn(self, job: Job, template: TemplateProcess):
+    def _prepare(self, template: TemplateProcess):
+        """Ask ``template`` to fork its next child, with that child's stdio and socket attached."""
+        if template.state is not TemplateState.WARM or template.spare is not None or template.spawning is not None:
+            return
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         ours, theirs = socket.socketpair()
+        template.spawning = Spare(out_r=out_r, err_r=err_r, sock=ours)
+        try:
+            _, data = template.conn.send_request("spawn")
+            template.control_deadline = time.monotonic() + CONTROL_BOUND_S
+            template.send(data, fds=(out_w, err_w, theirs.fileno()))
+        except OSError as exc:
+            self._template_failed(template, f"cannot reach the template: {exc}")
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+            theirs.close()
+
+    def _on_spawned(self, template: TemplateProcess, reply: Reply):
+        spare, template.spawning = template.spawning, None
+        template.control_deadline = None
+        if spare is None or "pid" not in reply.body or not template.received_fds:
+            if spare is not None:
+                spare.close()
+            self._template_failed(template, f"spawn failed: {reply.body.get('error', 'no pidfd')}")
+            return
+        spare.pid = reply.body["pid"]
+        spare.pidfd = template.received_fds.pop(0)
+        template.spare = spare
+
+    def _bind(self, job: Job, template: TemplateProcess):
+        """Give ``job`` the template's waiting child and send it the job."""
+        spare, template.spare = template.spare, None
         job.life.fire("dispatch")
         job.template = template
         template.job = job
-        job.sock = ours
-        job.streams = {out_r: BoundedBuffer(job.spec.policy.max_output),
-                       err_r: BoundedBuffer(job.spec.policy.max_output)}
+        job.pid, job.pidfd, job.sock = spare.pid, spare.pidfd, spare.sock
+        job.streams = {spare.out_r: BoundedBuffer(job.spec.policy.max_output),
+                       spare.err_r: BoundedBuffer(job.spec.policy.max_output)}
         job.open_fds = set(job.streams)
         for fd in job.streams:
             os.set_blocking(fd, False)
             self.selector.register(fd, selectors.EVENT_READ, lambda _m, j=job, f=fd: self._on_stream(j, f))
-        try:
-            template.spawn_id, data = template.conn.send_request("spawn")
-            template.send(data, fds=(out_w, err_w, theirs.fileno()))
-            template.control_deadline = time.monotonic() + CONTROL_BOUND_S
-        except OSError as exc:
-            self._template_failed(template, f"cannot reach the template: {exc}")
-        finally:
-            for fd in (out_w, err_w):
-                os.close(fd)
-            theirs.close()
-
-    def _on_spawned(self, template: TemplateProcess, reply: Reply):
-        job = template.job
-        template.spawn_id = None
-        template.control_deadline = None
-        if "pid" not in reply.body or not template.received_fds:
-            self._template_failed(template, f"spawn failed: {reply.body.get('error', 'no pidfd')}")
-            return
-        job.pid = reply.body["pid"]
-        job.pidfd = template.received_fds.pop(0)
         self.selector.register(job.pidfd, selectors.EVENT_READ, lambda _m, j=job: self._on_child_exit(j))
         job.conn = Connection()
         job.run_id, data = job.conn.send_request(
@@ -362,6 +395,7 @@ class Pool:
             pass  # the child died before its job arrived; its exit status tells the rest
         job.sock.setblocking(False)
         self.selector.register(job.sock, selectors.EVENT_READ, lambda _m, j=job: self._on_child_wire(j))
+        self._prepare(template)
 
     # -- template control ----------------------------------------------
 
@@ -391,6 +425,7 @@ class Pool:
                 template.control_deadline = None
                 template.life.fire("ready")
                 self.boot_failures = 0
+                self._prepare(template)
             elif event.op == "broken":
                 self._template_failed(template, str(event.body.get("reason")), boot=True)
             elif event.op == "exited":
@@ -400,11 +435,13 @@ class Pool:
 
     def _on_exited(self, template: TemplateProcess, event: Request):
         template.send(template.conn.send_reply(event))
-        job = template.job
-        if job is not None and job.pid == event.body.get("pid"):
+        job, pid = template.job, event.body.get("pid")
+        if job is not None and job.pid == pid:
             job.status = event.body.get("status")
             job.exited_ns = job.exited_ns or time.monotonic_ns()
             self._maybe_finish(job)
+        elif template.spare is not None and template.spare.pid == pid:
+            self._template_failed(template, "a child died while waiting for its job")
 
     def _template_failed(self, template: TemplateProcess, reason: str, boot: bool = False):
         if template.state not in (TemplateState.STARTING, TemplateState.WARM):
@@ -415,6 +452,10 @@ class Pool:
         self._unregister(template.sock)
         self._unregister(template.pidfd)
         job = template.job
+        for spare in (template.spare, template.spawning):
+            if spare is not None:
+                spare.close()
+        template.spare = template.spawning = None
         template.kill()
         if job is not None:
             self._crash(job, f"the template running this job failed: {reason}")

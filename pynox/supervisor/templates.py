@@ -28,7 +28,8 @@ class TemplateProcess:
         self.conn = Connection()
         self.received_fds = []
         self.job = None
-        self.spawn_id = None  # our outstanding spawn request
+        self.spawning = None  # the Spare whose spawn request awaits its reply
+        self.spare = None  # a child forked ahead, waiting for a job
         self.preloaded = []
         self.reason = None
         ours, theirs = socket.socketpair()
@@ -51,7 +52,8 @@ class TemplateProcess:
 
     @property
     def idle(self) -> bool:
-        return self.state is TemplateState.WARM and self.job is None
+        """Warm, free, and with a child already forked for the next job."""
+        return self.state is TemplateState.WARM and self.job is None and self.spare is not None
 
     def send(self, data: bytes, fds=()) -> None:
         """Control messages are small; a socket that cannot take one is a broken template."""

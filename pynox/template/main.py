@@ -199,6 +199,9 @@ def main(argv=None) -> int:
     conn_for_boot = Connection()
     try:
         set_parent_death_signal(signal.SIGKILL, supervisor_pid)
+    except OSError:
+        return BOOT_ERROR  # the supervisor is gone: nobody to serve
+    try:
         abi = landlock.abi_version()
         if abi < 1:
             raise Broken("the kernel does not offer Landlock (see `pynox doctor`)")

@@ -235,11 +235,16 @@ def test_a_killed_template_fails_its_job_and_is_replaced(tmp_path):
 
 def test_a_template_that_stops_answering_is_replaced(tmp_path):
     with Pool("--workers", "1", cwd=tmp_path) as p:
-        templates = templates_of(p.process.pid)
-        os.kill(templates[0], signal.SIGSTOP)
+        # Wait for the child the template forks ahead, so the job surely binds to it.
+        assert wait_until(lambda: len(descendants(p.process.pid)) == 2)
+        stopped = templates_of(p.process.pid)[0]
+        os.kill(stopped, signal.SIGSTOP)
         result = p.run("print(1)", wait=60)
         assert result["error"]["type"] == "PoolWorkerError", result
+        assert "template" in result["error"]["message"]
         assert p.run("print('again')", wait=60)["stdout"] == "again\n"
+        assert stopped not in templates_of(p.process.pid)
+        assert not alive(stopped)
 
 
 def test_a_failing_preload_stops_the_pool_with_its_name(tmp_path):
