@@ -60,6 +60,18 @@ def runtime_paths() -> tuple:
     return tuple(resolved)
 
 
+@functools.lru_cache(maxsize=None)
+def runtime_rule_paths() -> tuple:
+    """The runtime and system paths as few Landlock rules need them: real paths,
+    existing, and none beneath another (/lib is often /usr/lib)."""
+    paths = sorted({os.path.realpath(p) for p in runtime_paths() + SYSTEM_RUNTIME if os.path.exists(p)})
+    kept = []
+    for path in paths:
+        if not any(beneath(path, root) for root in kept):
+            kept.append(path)
+    return tuple(kept)
+
+
 def beneath(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
@@ -112,7 +124,7 @@ class Policy:
         return {**BASE_ENV, **THREAD_ENV, **self.env}
 
     def ruleset(self, abi: int) -> landlock.Ruleset:
-        runtime = list(runtime_paths()) + list(SYSTEM_RUNTIME) + list(self.package_dirs)
+        runtime = list(runtime_rule_paths()) + list(self.package_dirs)
         read = list(self.implicit_read) + list(self.allow_read) + [OWN_PROC, *DEVICES_READ]
         if self.network:
             read += list(NETWORK_FILES)

@@ -44,7 +44,28 @@ def _grant_dir(path: str) -> str:
 
 
 def hint_for(exc: BaseException, grants: Grants, source_line: str = "") -> str | None:
-    """A one-line hint for ``exc``, or None where no grant or limit explains it."""
+    """A one-line hint for ``exc`` or the error it wraps, or None where no grant or limit explains it.
+
+    Libraries wrap denials (urllib's URLError keeps the OSError as ``reason``,
+    others chain it as the cause), so the chain is followed a few links deep.
+    """
+    for link in _chain(exc):
+        hint = _hint_one(link, grants, source_line)
+        if hint is not None:
+            return hint
+    return None
+
+
+def _chain(exc, depth=4):
+    seen = []
+    while isinstance(exc, BaseException) and exc not in seen and len(seen) < depth:
+        seen.append(exc)
+        reason = getattr(exc, "reason", None)
+        exc = reason if isinstance(reason, BaseException) else exc.__cause__ or exc.__context__
+    return seen
+
+
+def _hint_one(exc: BaseException, grants: Grants, source_line: str) -> str | None:
     flags = FLAGS[grants.style]
     if isinstance(exc, MemoryError):
         return (f"the task reached its memory limit ({format_size(grants.memory_bytes)}); "
@@ -63,8 +84,8 @@ def hint_for(exc: BaseException, grants: Grants, source_line: str = "") -> str |
         target = _grant_dir(path)
         if _beneath(path, grants.read):
             return f"{path} is read-only in the sandbox; {flags['write'].format(target)} would allow changing it"
-        return (f"{path} is outside the sandbox; {flags['read'].format(target)} would allow reading it, "
-                f"{flags['write'].format(target)} also writing")
+        return (f"{path} is outside the sandbox; {flags['read'].format(target)} grants reading it, "
+                f"{flags['write'].format(target)} reading and writing")
     if any(word in source_line for word in _PROCESS_WORDS):
         return "the sandbox does not allow starting processes (subprocess, fork, exec)"
     if not grants.network and any(word in source_line for word in _NETWORK_WORDS):

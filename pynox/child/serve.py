@@ -47,14 +47,20 @@ def warm(ctx: Context) -> None:
     """Do once in the forking parent what every child would otherwise redo."""
     import importlib
 
-    from pynox.child import landlock, privileges
-    from pynox.policy import runtime_paths
+    import gc
 
-    runtime_paths()
+    from pynox.child import landlock, privileges
+    from pynox.policy import runtime_rule_paths
+
+    runtime_rule_paths()
     landlock.handled_fs(ctx.landlock_abi)
     privileges.last_capability()
     for name in COMMON_STDLIB:
         importlib.import_module(name)
+    # Objects that exist now are the template's: a child's collector never
+    # walks them, so it does not dirty (copy) their pages after fork.
+    gc.collect()
+    gc.freeze()
 
 
 def policy_to_wire(policy: Policy) -> dict:
