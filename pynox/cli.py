@@ -8,6 +8,7 @@ at exit); any other interpreter option is refused with a pointer to
 Subcommands: ``pynox doctor`` and ``pynox pool``.
 """
 
+import importlib.machinery
 import importlib.util
 import os
 import sys
@@ -17,8 +18,8 @@ import orjson
 from pynox import __version__
 from pynox.child.execute import Task
 from pynox.errors import SandboxSetupError, UsageError
-from pynox.policy import (DEFAULT_MAX_FILE_SIZE, DEFAULT_MAX_OUTPUT, DEFAULT_MEMORY, DEFAULT_TIMEOUT_MS, Policy,
-                          resolve_path, runtime_paths)
+from pynox.policy import (BASE_ENV, DEFAULT_MAX_FILE_SIZE, DEFAULT_MAX_OUTPUT, DEFAULT_MEMORY, DEFAULT_TIMEOUT_MS,
+                          THREAD_ENV, Policy, resolve_path, runtime_paths)
 from pynox.units import parse_duration_ms, parse_size
 
 USAGE = """\
@@ -220,8 +221,12 @@ class ProgramError(Exception):
         self.code = code
 
 
-def build_task(program, args, cwd) -> tuple:
-    """The Task and the implicit read grants its program needs."""
+def build_task(program, args, cwd, package_dirs=()) -> tuple:
+    """The Task and the implicit read grants its program needs.
+
+    ``-m`` looks in the working directory and the package dirs first, as the
+    child will, then in the runtime's own path.
+    """
     kind, value = program
     if kind == "stdin":
         return Task(kind="code", target=sys.stdin.read(), name="<stdin>", args=tuple(args)), ()
@@ -235,7 +240,10 @@ def build_task(program, args, cwd) -> tuple:
     # Only the top-level name is looked up, which imports nothing: a parent
     # package's __init__ would otherwise run here, outside the sandbox.
     top = value.split(".")[0]
-    spec = importlib.util.find_spec(top) if top and top.isidentifier() else None
+    spec = None
+    if top and top.isidentifier():
+        spec = (importlib.machinery.PathFinder.find_spec(top, [cwd, *package_dirs])
+                or importlib.util.find_spec(top))
     if spec is None:
         raise ProgramError(f"No module named {value}", 1)
     grants = ()
@@ -257,6 +265,25 @@ def _fail(message, code):
     return code
 
 
+SCRUBBED_MARK = "PYNOX_LAUNCHER_SCRUBBED"
+
+
+def _reexec_scrubbed(argv):
+    """Start over in a fresh interpreter whose environment is already the task's base.
+
+    The child is a fork of this process, and a process's initial environment
+    stays in its memory (and in /proc/self/environ) however os.environ is
+    edited later; the caller's secrets must never be in the memory a task
+    can read.  Pool templates get the same treatment by being exec'd with a
+    minimal environment.
+    """
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    bootstrap = (f"import sys; sys.path.insert(0, {package_root!r}); "
+                 "from pynox.cli import main; sys.exit(main())")
+    env = {**BASE_ENV, **THREAD_ENV, SCRUBBED_MARK: "1"}
+    os.execve(sys.executable, [sys.executable, "-I", "-c", bootstrap, *argv], env)
+
+
 def run_command(argv) -> int:
     from pynox import single_run
 
@@ -272,9 +299,12 @@ def run_command(argv) -> int:
         return 0
     if "no_sandbox" in options:
         os.execv(sys.executable, [sys.executable, *options["no_sandbox"]])
+    if os.environ.get(SCRUBBED_MARK) != "1":
+        _reexec_scrubbed(argv)
     cwd = os.getcwd()
     try:
-        task, implicit = build_task(options["program"], options["args"], cwd)
+        package_dirs = [os.path.join(cwd, d) for d in options["package_dirs"]]
+        task, implicit = build_task(options["program"], options["args"], cwd, package_dirs)
         policy = build_policy(options, cwd, implicit)
     except UsageError as exc:
         return _fail(exc, 2)

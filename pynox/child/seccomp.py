@@ -48,6 +48,9 @@ CLONE_NEW_FLAGS = {
     "CLONE_NEWNET": 0x40000000,
 }
 
+TIOCSTI = 0x5412
+TIOCLINUX = 0x541C
+
 AF_NETLINK = 16
 NETLINK_ROUTE = 0
 AF_MAX = 46
@@ -84,8 +87,10 @@ DENIED = (
     "reboot", "swapon", "swapoff", "acct", "quotactl", "quotactl_fd", "syslog",
     "vhangup", "iopl", "ioperm", "settimeofday", "clock_settime", "clock_adjtime",
     "adjtimex", "sethostname", "setdomainname", "lsm_set_self_attr",
-    # memory that escapes RLIMIT_AS accounting when not mapped
+    # memory that escapes RLIMIT_AS accounting when not mapped, and SysV IPC
+    # objects, which live in the host's IPC namespace beside other programs'
     "shmget", "shmat", "shmctl", "shmdt", "memfd_create", "memfd_secret",
+    "msgget", "msgsnd", "msgrcv", "msgctl", "semget", "semop", "semtimedop", "semctl",
     "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify", "mq_getsetattr",
     "migrate_pages", "move_pages",
     # metadata Landlock does not guard: a file under a read grant stays unchanged
@@ -146,6 +151,10 @@ def plan_rules(*, network: bool, landlock_abi: int) -> tuple:
     rules.append(Rule(action=EPERM, syscall="ioprio_set", args=(_when(0, CMP_NE, 1),)))  # IOPRIO_WHO_PROCESS
     rules.append(Rule(action=EPERM, syscall="ioprio_set", args=(_when(1, CMP_NE, 0),)))
     rules.append(Rule(action=EPERM, syscall="personality", args=(_when(0, CMP_NE, 0xFFFFFFFF),)))
+    # Typing into the terminal the task shares with its user: the kernel reads
+    # the request as 32 bits, so the comparison masks the upper half.
+    for request in (TIOCSTI, TIOCLINUX):
+        rules.append(Rule(action=EPERM, syscall="ioctl", args=(_when(1, CMP_MASKED_EQ, 0xFFFFFFFF, request),)))
     # The parent-death signal is what kills an orphaned child; it stays set.
     rules.append(Rule(action=EPERM, syscall="prctl", args=(_when(0, CMP_EQ, PR_SET_PDEATHSIG),)))
     if landlock_abi < 3:

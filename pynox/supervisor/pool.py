@@ -305,7 +305,21 @@ class Pool:
             self._modify_stdout(False)
 
     def _emit(self, obj):
-        self.pending_out += orjson.dumps(obj) + b"\n"
+        try:
+            line = orjson.dumps(obj)
+        except orjson.JSONEncodeError as exc:
+            # Decoding refuses what cannot be encoded back, so this is a pynox
+            # bug; the client still gets one answer and the pool lives on.
+            rid = obj.get("id")
+            fallback = outcomes.request_error(None, f"pynox could not encode an answer: {exc}", self._runtime())
+            fallback.update(exit=outcomes.WORKER_ERROR_EXIT, error=outcomes.error("PoolWorkerError",
+                                                                                    fallback["error"]["message"]))
+            try:
+                fallback["id"] = orjson.loads(orjson.dumps(rid))
+            except (orjson.JSONEncodeError, TypeError):
+                pass
+            line = orjson.dumps(fallback)
+        self.pending_out += line + b"\n"
         self._modify_stdout(True)
 
     def _flush_blocking(self):
@@ -434,7 +448,6 @@ class Pool:
                 self._template_failed(template, f"unexpected control request {event.op!r}")
 
     def _on_exited(self, template: TemplateProcess, event: Request):
-        template.send(template.conn.send_reply(event))
         job, pid = template.job, event.body.get("pid")
         if job is not None and job.pid == pid:
             job.status = event.body.get("status")
@@ -442,6 +455,11 @@ class Pool:
             self._maybe_finish(job)
         elif template.spare is not None and template.spare.pid == pid:
             self._template_failed(template, "a child died while waiting for its job")
+            return
+        try:
+            template.send(template.conn.send_reply(event))
+        except OSError as exc:
+            self._template_failed(template, f"cannot reach the template: {exc}")
 
     def _template_failed(self, template: TemplateProcess, reason: str, boot: bool = False):
         if template.state not in (TemplateState.STARTING, TemplateState.WARM):

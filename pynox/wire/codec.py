@@ -14,7 +14,12 @@ from typing import Any, Literal, NoReturn
 
 import orjson
 
-Reason = Literal["utf8", "json", "constant", "duplicate_key", "depth", "not_object"]
+Reason = Literal["utf8", "json", "constant", "number", "duplicate_key", "depth", "not_object"]
+
+# Integers every peer can hold: JSON itself has no bound, orjson and the
+# clients in other languages do (signed or unsigned 64-bit).
+INT_MIN, INT_MAX = -(1 << 63), (1 << 64) - 1
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 class DecodeError(ValueError):
@@ -60,6 +65,13 @@ def decode(line: bytes, *, max_depth: int = 64) -> dict[str, Any]:
         raise DecodeError("json", f"line is not valid JSON: {exc}") from None
     if not isinstance(value, dict):
         raise DecodeError("not_object", f"expected a JSON object, got {_json_kind(value)}")
+    if _SURROGATE_ESCAPE.search(text):
+        # A lone surrogate escape parses but is not Unicode: no reply quoting
+        # it could be encoded, so it is refused here, where the line is.
+        try:
+            orjson.dumps(value)
+        except orjson.JSONEncodeError:
+            raise DecodeError("utf8", "line has a string with a lone surrogate escape") from None
     return value
 
 
@@ -106,9 +118,12 @@ def _bounded_int(literal: str) -> int:
     # int() refuses very long digit strings with a plain ValueError, which
     # would otherwise escape decode() as an undocumented error.
     try:
-        return int(literal)
+        value = int(literal)
     except ValueError:
         raise DecodeError("json", f"integer literal of {len(literal)} characters is too long") from None
+    if not INT_MIN <= value <= INT_MAX:
+        raise DecodeError("number", f"integer {literal[:30]} is outside the 64-bit range")
+    return value
 
 
 def _json_kind(value: Any) -> str:

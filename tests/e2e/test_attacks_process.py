@@ -1,0 +1,529 @@
+"""Process attacks: new processes, the kernel's wider surfaces, other
+processes (signals, tracing, memory), privileges, foreign syscall ABIs, and
+what the task inherits from its launcher (environment, terminal, IPC).
+
+Each check looks at the effect: the would-be child never wrote its marker
+file, the launcher (and a sibling process) is still alive and printed its
+result, the kernel state the call would have changed is unchanged.
+"""
+
+import ctypes
+import errno
+import fcntl
+import json
+import os
+import pty
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import termios
+import textwrap
+import time
+import tty
+
+import pytest
+
+PRELUDE = textwrap.dedent("""\
+    import ctypes, errno, json, os, sys
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    def report(ret, **extra):
+        print(json.dumps({"ret": ret, "errno": ctypes.get_errno() if ret == -1 else 0, **extra}))
+    """)
+
+
+def run_probe(pynox, fs, body, **kwargs):
+    """Run PRELUDE + body (which calls report()); return (result, report dict)."""
+    result = pynox.task(PRELUDE + textwrap.dedent(body), **fs.grants, **kwargs)
+    assert result["exit"] == 0, result
+    lines = result["stdout"].splitlines()
+    assert len(lines) == 1, result
+    return result, json.loads(lines[0])
+
+
+# --- new processes -----------------------------------------------------------------------------
+
+SPAWNERS = {
+    "subprocess.run": "import subprocess\nsubprocess.run([sys.executable, '-c', CHILD])",
+    "subprocess.Popen-shell": "import subprocess\nsubprocess.Popen(f'{sys.executable} -c \"{CHILD}\"', shell=True).wait()",
+    "os.system": ("rc = os.system(f'{sys.executable} -c \"{CHILD}\"')\n"
+                  "if rc:\n    raise PermissionError(f'os.system returned {rc}')"),
+    "os.popen": ("status = os.popen(f'{sys.executable} -c \"{CHILD}\"').close()\n"
+                 "if status:\n    raise PermissionError(f'os.popen status {status}')"),
+    "os.fork": "pid = os.fork()\nif pid == 0:\n    exec(CHILD)\n    os._exit(0)\nos.waitpid(pid, 0)",
+    "os.posix_spawn": "pid = os.posix_spawn(sys.executable, [sys.executable, '-c', CHILD], {})\nos.waitpid(pid, 0)",
+    "os.posix_spawnp": "pid = os.posix_spawnp('python3', ['python3', '-c', CHILD], {'PATH': os.path.dirname(sys.executable)})\n"
+                       "os.waitpid(pid, 0)",
+    "os.execv": "os.execv(sys.executable, [sys.executable, '-c', CHILD])",
+    "os.execve": "os.execve(sys.executable, [sys.executable, '-c', CHILD], {})",
+    "multiprocessing": ("import multiprocessing as mp\n"
+                        "p = mp.get_context('fork').Process(target=exec, args=(CHILD,))\np.start(); p.join()"),
+    "pty.fork": "import pty\npid, fd = pty.fork()\nif pid == 0:\n    exec(CHILD)\n    os._exit(0)\nos.waitpid(pid, 0)",
+    "raw-clone-syscall": ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
+                          "r = libc.syscall(56, 0x11, 0, 0, 0, 0)\nif r == 0:\n    exec(CHILD)\n    os._exit(0)\n"
+                          "raise PermissionError(ctypes.get_errno(), f'clone returned {r}')"),
+    "raw-vfork-syscall": ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
+                          "r = libc.syscall(58)\nif r == 0:\n    os._exit(0)\n"
+                          "raise PermissionError(ctypes.get_errno(), f'vfork returned {r}')"),
+}
+
+
+@pytest.mark.parametrize("how", list(SPAWNERS))
+def test_starting_a_process_fails_and_nothing_runs(pynox, fs, how, tree):
+    marker = fs.rw / "child-ran"
+    # The would-be child writes inside the write grant, which the sandbox
+    # allows: only a process that never started leaves no marker.
+    child = f"open({str(marker)!r}, 'w').write('ran')"
+    code = f"import os, sys\nCHILD = {child!r}\n{SPAWNERS[how]}\n"
+    result = pynox.task(code, **fs.grants)
+    assert result["exit"] != 0, result
+    assert result["error"] is not None and result["error"]["type"] in ("PermissionError", "OSError"), result
+    time.sleep(0.05)
+    assert not marker.exists(), f"a process ran: {result}"
+    assert tree(fs.rw) == []
+
+
+def test_process_hint_names_processes(pynox, fs):
+    result = pynox.task("import subprocess\nsubprocess.run(['true'])", **fs.grants)
+    assert result["error"]["type"] == "PermissionError", result
+    assert "process" in (result["error"]["hint"] or ""), result
+
+
+# --- denied system calls -----------------------------------------------------------------------
+
+SYSCALLS = {
+    # name: (body that calls report(ret, ...), acceptable errnos)
+    "clone-without-CLONE_THREAD": ("r = libc.syscall(56, 0x11, 0, 0, 0, 0)\n"
+                                   "if r == 0:\n    os._exit(0)\nreport(r)", {errno.EPERM}),
+    "clone-CLONE_NEWUSER|CLONE_THREAD": ("r = libc.syscall(56, 0x10000000 | 0x10000 | 0x800 | 0x100, 0, 0, 0, 0)\n"
+                                         "report(r)", {errno.EPERM}),
+    "clone-CLONE_NEWNS|CLONE_THREAD": ("r = libc.syscall(56, 0x00020000 | 0x10000 | 0x800 | 0x100, 0, 0, 0, 0)\n"
+                                       "report(r)", {errno.EPERM}),
+    "clone3": ("args = (ctypes.c_uint64 * 11)()\nargs[4] = 17\n"
+               "r = libc.syscall(435, ctypes.byref(args), ctypes.sizeof(args))\n"
+               "if r == 0:\n    os._exit(0)\nreport(r)", {errno.ENOSYS, errno.EPERM}),
+    "unshare-CLONE_NEWUSER": ("report(libc.unshare(0x10000000))", {errno.EPERM}),
+    "unshare-CLONE_NEWNS": ("report(libc.unshare(0x00020000))", {errno.EPERM}),
+    "unshare-CLONE_NEWNET": ("report(libc.unshare(0x40000000))", {errno.EPERM}),
+    "setns": ("fd = os.open('/proc/self/ns/net', os.O_RDONLY)\nreport(libc.setns(fd, 0))", {errno.EPERM}),
+    "ptrace-attach-launcher": ("libc.ptrace.restype = ctypes.c_long\n"
+                               "report(libc.ptrace(16, os.getppid(), 0, 0))", {errno.EPERM}),
+    "ptrace-traceme": ("libc.ptrace.restype = ctypes.c_long\nreport(libc.ptrace(0, 0, 0, 0))", {errno.EPERM}),
+    "process_vm_readv-launcher": (
+        "class iovec(ctypes.Structure):\n"
+        "    _fields_ = [('base', ctypes.c_void_p), ('len', ctypes.c_size_t)]\n"
+        "buf = ctypes.create_string_buffer(64)\n"
+        "local, remote = iovec(ctypes.addressof(buf), 64), iovec(id(None), 64)  # same address in the forked parent\n"
+        "libc.process_vm_readv.restype = ctypes.c_ssize_t\n"
+        "report(libc.process_vm_readv(os.getppid(), ctypes.byref(local), 1, ctypes.byref(remote), 1, 0))",
+        {errno.EPERM}),
+    "pidfd_getfd-launcher": ("pidfd = os.pidfd_open(os.getppid())\nreport(libc.syscall(438, pidfd, 1, 0))",
+                             {errno.EPERM}),
+    "kcmp-launcher": ("report(libc.syscall(312, os.getpid(), os.getppid(), 0, 0, 0))", {errno.EPERM}),
+    "io_uring_setup": ("params = ctypes.create_string_buffer(120)\nreport(libc.syscall(425, 1, params))", {errno.EPERM}),
+    "bpf": ("attr = (ctypes.c_uint32 * 8)(2, 4, 4, 1)  # BPF_MAP_TYPE_ARRAY, 4-byte key/value, 1 entry\n"
+            "report(libc.syscall(321, 0, attr, ctypes.sizeof(attr)))", {errno.EPERM}),
+    "userfaultfd": ("report(libc.syscall(323, 0))", {errno.EPERM}),
+    "perf_event_open": ("attr = (ctypes.c_uint32 * 32)(1, 128)  # PERF_TYPE_SOFTWARE\n"
+                        "report(libc.syscall(298, attr, 0, -1, -1, 0))", {errno.EPERM}),
+    "memfd_create": ("report(libc.memfd_create(b'x', 0))", {errno.EPERM}),
+    "memfd_secret": ("report(libc.syscall(447, 0))", {errno.EPERM}),
+    "keyctl": ("report(libc.syscall(250, 0, -3, 1))  # KEYCTL_GET_KEYRING_ID session, create", {errno.EPERM}),
+    "add_key": ("report(libc.syscall(248, b'user', b'pynox-e2e', b'secret', 6, -3))", {errno.EPERM}),
+    "request_key": ("report(libc.syscall(249, b'user', b'pynox-e2e', None, 0))", {errno.EPERM}),
+    "mount-tmpfs-over-write-grant": ("report(libc.mount(b'none', RW.encode(), b'tmpfs', 0, None))", {errno.EPERM}),
+    "umount-proc": ("report(libc.umount2(b'/proc', 2))", {errno.EPERM}),
+    "fsopen": ("report(libc.syscall(430, b'tmpfs', 0))", {errno.EPERM}),
+    "open_tree": ("report(libc.syscall(428, -100, b'/', 1))", {errno.EPERM}),
+    "chroot": ("report(libc.chroot(RW.encode()))", {errno.EPERM}),
+    "pivot_root": ("report(libc.syscall(155, RW.encode(), RW.encode()))", {errno.EPERM}),
+    "personality-PER_LINUX32": ("libc.personality.restype = ctypes.c_int\nr = libc.personality(0x0008)\n"
+                                "report(r, now=libc.personality(ctypes.c_uint(0xFFFFFFFF)))", {errno.EPERM}),
+    "personality-ADDR_NO_RANDOMIZE": ("r = libc.personality(0x0040000)\n"
+                                      "report(r, now=libc.personality(ctypes.c_uint(0xFFFFFFFF)))", {errno.EPERM}),
+    "prctl-PR_SET_PDEATHSIG-0": ("r = libc.prctl(1, 0, 0, 0, 0)\nsig = ctypes.c_int(-1)\n"
+                                 "libc.prctl(2, ctypes.byref(sig), 0, 0, 0)\nreport(r, pdeathsig=sig.value)",
+                                 {errno.EPERM}),
+    "shmget": ("report(libc.shmget(0, 4096, 0o1600))", {errno.EPERM}),
+    "mq_open": ("report(libc.mq_open(b'/pynox-e2e', os.O_CREAT | os.O_RDWR, 0o600, None))", {errno.EPERM}),
+    "sethostname": ("report(libc.sethostname(b'pwned', 5))", {errno.EPERM}),
+    "open_by_handle_at": ("handle = ctypes.create_string_buffer(128)\nctypes.c_uint32.from_buffer(handle).value = 8\n"
+                          "report(libc.syscall(304, os.open('/', os.O_PATH), handle, 0))", {errno.EPERM}),
+    "name_to_handle_at": ("handle = ctypes.create_string_buffer(128)\nctypes.c_uint32.from_buffer(handle).value = 120\n"
+                          "mount_id = ctypes.c_int()\n"
+                          "report(libc.syscall(303, -100, RW.encode(), handle, ctypes.byref(mount_id), 0))",
+                          {errno.EPERM}),
+    "finit_module": ("report(libc.syscall(313, 0, b'', 0))", {errno.EPERM}),
+    "kexec_load": ("report(libc.syscall(246, 0, 0, 0, 0))", {errno.EPERM}),
+    "reboot-bogus-magic": ("report(libc.syscall(169, 0, 0, 0, 0))", {errno.EPERM}),
+    "swapoff": ("report(libc.swapoff(b'/dev/null'))", {errno.EPERM}),
+    "iopl": ("report(libc.syscall(172, 3))", {errno.EPERM}),
+    "settimeofday": ("report(libc.syscall(164, None, None))", {errno.EPERM}),
+    "prlimit-launcher-read": ("lim = (ctypes.c_uint64 * 2)()\nreport(libc.prlimit(os.getppid(), 7, None, lim))",
+                              {errno.EPERM}),
+    "setpriority-launcher": ("report(libc.setpriority(0, os.getppid(), 19))", {errno.EPERM}),
+    "sched_setaffinity-launcher": ("mask = ctypes.c_uint64(1)\n"
+                                   "report(libc.sched_setaffinity(os.getppid(), 8, ctypes.byref(mask)))",
+                                   {errno.EPERM}),
+    "signal-0-to-launcher": ("report(libc.kill(os.getppid(), 0))", {errno.EPERM}),
+    "tgkill-0-to-launcher": ("report(libc.syscall(234, os.getppid(), os.getppid(), 0))", {errno.EPERM}),
+    "pidfd_send_signal-0-to-launcher": ("pidfd = os.pidfd_open(os.getppid())\n"
+                                        "report(libc.syscall(424, pidfd, 0, None, 0))", {errno.EPERM}),
+}
+
+
+@pytest.mark.parametrize("name", list(SYSCALLS))
+def test_dangerous_syscall_is_denied(pynox, fs, name):
+    body, errnos = SYSCALLS[name]
+    hostname = os.uname().nodename
+    result, rep = run_probe(pynox, fs, f"RW = {str(fs.rw)!r}\n" + body)
+    assert rep["ret"] == -1, f"{name} succeeded: {rep}"
+    assert rep["errno"] in errnos, f"{name}: errno {errno.errorcode.get(rep['errno'])}, not a sandbox denial: {rep}"
+    if name == "prctl-PR_SET_PDEATHSIG-0":
+        assert rep["pdeathsig"] == signal.SIGKILL, rep
+    if name.startswith("personality"):
+        assert rep["now"] == 0, rep
+    if name == "mount-tmpfs-over-write-grant":
+        assert not os.path.ismount(fs.rw)
+    assert os.uname().nodename == hostname
+
+
+def test_own_signals_still_work(pynox, fs):
+    """The signal scope denies other processes, not the task itself."""
+    code = ("import os, signal\ngot = []\nsignal.signal(signal.SIGUSR1, lambda *a: got.append(1))\n"
+            "os.kill(os.getpid(), signal.SIGUSR1)\nprint(got)")
+    result = pynox.task(code, **fs.grants)
+    assert result["exit"] == 0 and result["stdout"] == "[1]\n", result
+
+
+# --- privileges --------------------------------------------------------------------------------
+
+def test_proc_self_status_shows_confinement(pynox, fs):
+    result = pynox.task("print(open('/proc/self/status').read())", **fs.grants)
+    assert result["exit"] == 0, result
+    status = dict(line.split(":\t", 1) for line in result["stdout"].splitlines() if ":\t" in line)
+    assert status["NoNewPrivs"] == "1"
+    assert status["Seccomp"].strip() == "2"
+    for cap in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        assert int(status[cap], 16) == 0, (cap, status[cap])
+
+
+def test_capabilities_cannot_be_regained(pynox, fs):
+    code = textwrap.dedent("""\
+        import ctypes, os
+        libc = ctypes.CDLL(None, use_errno=True)
+        hdr = (ctypes.c_uint32 * 2)(0x20080522, 0)
+        full = (ctypes.c_uint32 * 6)(*([0xFFFFFFFF] * 6))
+        print('capset', libc.capset(hdr, full), ctypes.get_errno())
+        print('securebits', libc.prctl(28, 0, 0, 0, 0), ctypes.get_errno())
+        try:
+            os.setuid(0); os.setgid(0); print('setuid0 ok')
+        except OSError as e:
+            print('setuid0', e.errno)
+        caps = [l for l in open('/proc/self/status') if l.startswith('Cap')]
+        print(''.join(caps), end='')
+        """)
+    result = pynox.task(code, **fs.grants)
+    assert result["exit"] == 0, result
+    assert "capset -1 1" in result["stdout"], result
+    assert "securebits -1 1" in result["stdout"], result
+    for line in result["stdout"].splitlines():
+        if line.startswith("Cap"):
+            assert int(line.split()[1], 16) == 0, line
+
+
+# --- foreign syscall ABIs ----------------------------------------------------------------------
+
+def test_x32_syscall_kills_the_task(pynox, fs):
+    code = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
+            "print('x32 getpid returned', libc.syscall(0x40000000 | 39), flush=True)\n")
+    result = pynox.task(code, **fs.grants)
+    assert "returned" not in result["stdout"], result
+    assert result["error"]["type"] == "SignalError", result
+    assert "SIGSYS" in result["error"]["message"], result
+    assert result["exit"] == 128 + signal.SIGSYS
+
+
+INT80 = textwrap.dedent("""\
+    import ctypes, mmap, os
+    code = bytes([0xb8, 0x14, 0, 0, 0, 0xcd, 0x80, 0xc3])  # mov eax, 20 (i386 getpid); int 0x80; ret
+    buf = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    buf.write(code)
+    fn = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(buf)))
+    print('int80', fn() == os.getpid(), flush=True)
+    """)
+
+
+def test_i386_int80_kills_the_task(pynox, fs, tmp_path):
+    if os.uname().machine != "x86_64":
+        pytest.skip("int 0x80 is an x86-64 question")
+    script = fs.ro / "int80.py"
+    script.write_text(INT80)
+    control = pynox.run("--no-sandbox", script)
+    if control.returncode != 0 or "int80 True" not in control.stdout:
+        pytest.skip(f"this kernel cannot run i386 syscalls unconfined either: {control}")
+    result = pynox.json(script)
+    assert "int80" not in result["stdout"], result
+    assert result["error"]["type"] == "SignalError" and "SIGSYS" in result["error"]["message"], result
+
+
+# --- signals to the launcher and everything else (in a PID namespace) --------------------------
+
+PIDNS_WRAPPER = textwrap.dedent("""\
+    # PID 1 of a fresh PID namespace: start a sibling, run pynox (PID 3 or so),
+    # and report whether the launcher finished normally and the sibling lived.
+    import json, os, subprocess, sys, time
+    sibling = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    time.sleep(0.1)
+    proc = subprocess.run(sys.argv[1:], capture_output=True, text=True, timeout=20)
+    alive = sibling.poll() is None
+    sibling.kill()
+    sibling.wait()
+    print(json.dumps({"rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr,
+                      "sibling_alive": alive, "wrapper_pid": os.getpid()}))
+    """)
+
+
+@pytest.fixture(scope="module")
+def unshare_pid():
+    exe = shutil.which("unshare")
+    if exe is None:
+        pytest.skip("unshare(1) is not installed, so signals cannot be tested in a PID namespace")
+    probe = subprocess.run([exe, "--pid", "--fork", "--mount-proc", "true"], capture_output=True, timeout=10)
+    if probe.returncode != 0:
+        pytest.skip(f"unshare --pid --fork --mount-proc does not work here: {probe.stderr.decode()!r}")
+    return [exe, "--pid", "--fork", "--mount-proc"]
+
+
+def run_in_pidns(pynox, fs, unshare_pid, tmp_path, code):
+    wrapper = tmp_path / "pidns_wrapper.py"
+    wrapper.write_text(PIDNS_WRAPPER)
+    grants = ["--allow-read", fs.ro, "--allow-write", fs.rw]
+    # A session of its own, so even an unconfined kill(0) could not reach pytest.
+    run = pynox.run("--json", *grants, "-c", code, prefix=[*unshare_pid, sys.executable, wrapper],
+                    start_new_session=True)
+    assert run.returncode == 0, f"the PID-namespace wrapper itself died: {run}"
+    report = json.loads(run.stdout.splitlines()[-1])
+    assert report["wrapper_pid"] == 1, report
+    lines = report["stdout"].splitlines()
+    assert len(lines) == 1, f"the launcher printed no result (killed?): {report}"
+    result = json.loads(lines[0])
+    assert report["rc"] == result["exit"], report
+    return report, result
+
+
+KILL_CODE = textwrap.dedent("""\
+    import os, signal, json
+    info = {"pid": os.getpid(), "ppid": os.getppid()}
+    try:
+        os.kill(%s, signal.SIGKILL)
+        info["kill"] = "returned"
+    except OSError as e:
+        info["kill"] = e.errno
+    print(json.dumps(info))
+    """)
+
+
+def test_kill_launcher_is_denied_and_launcher_survives(pynox, fs, unshare_pid, tmp_path):
+    report, result = run_in_pidns(pynox, fs, unshare_pid, tmp_path, KILL_CODE % "os.getppid()")
+    info = json.loads(result["stdout"])
+    assert info["ppid"] != 1, info  # the launcher is not the namespace's init, so SIGKILL would land
+    assert info["kill"] == errno.EPERM, info
+    assert result["exit"] == 0, result
+    assert report["sibling_alive"], report
+
+
+def test_kill_everything_reaches_nothing_outside(pynox, fs, unshare_pid, tmp_path):
+    report, result = run_in_pidns(pynox, fs, unshare_pid, tmp_path, KILL_CODE % "-1")
+    assert result["exit"] == 0, result
+    info = json.loads(result["stdout"])
+    # kill(-1) reports success when it found processes, even if every one of
+    # them refused the signal with EPERM; the effect is what counts.
+    assert info["kill"] in ("returned", errno.EPERM, errno.ESRCH), info
+    assert report["sibling_alive"], f"kill(-1) killed a process outside the sandbox: {report}"
+
+
+def test_kill_own_process_group_spares_the_launcher(pynox, fs, unshare_pid, tmp_path):
+    report, result = run_in_pidns(pynox, fs, unshare_pid, tmp_path, KILL_CODE % "0")
+    # The task may kill itself, but the launcher shares its process group in
+    # CLI mode and must still be there to report it.
+    assert result["exit"] in (0, 128 + signal.SIGKILL), result
+    assert report["sibling_alive"], report
+
+
+# --- the task dies with its launcher -----------------------------------------------------------
+
+def test_task_dies_when_the_launcher_is_killed(fs, pynox):
+    pidfile = fs.rw / "pid"
+    code = f"import os, time\nopen({str(pidfile)!r}, 'w').write(str(os.getpid()))\ntime.sleep(30)"
+    launcher = subprocess.Popen([sys.executable, "-m", "pynox", "--json", "--allow-write", str(fs.rw), "-c", code],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=pynox.cwd,
+                                start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        task_pid = int(pidfile.read_text())
+        os.kill(launcher.pid, signal.SIGKILL)
+        launcher.wait(timeout=5)
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{task_pid}/status") as f:
+                    state = [line for line in f if line.startswith("State:")][0]
+                if "Z" in state:
+                    break  # dead, waiting for init to reap it
+            except FileNotFoundError:
+                break
+            time.sleep(0.02)
+        else:
+            os.kill(task_pid, signal.SIGKILL)
+            pytest.fail("the task outlived its launcher by 3 seconds")
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+        launcher.communicate()
+
+
+# --- what the task inherits from its launcher ---------------------------------------------------
+
+SECRET_NAME, SECRET_VALUE = "PYNOX_SECRET", "hunter2-e2e-secret"
+
+
+def test_launcher_environment_is_not_in_os_environ(pynox, fs):
+    result = pynox.task("import os, json\nprint(json.dumps(dict(os.environ)))", **fs.grants,
+                        env={SECRET_NAME: SECRET_VALUE})
+    env = json.loads(result["stdout"])
+    assert SECRET_NAME not in env and SECRET_VALUE not in result["stdout"], env
+
+
+def test_launcher_environment_is_not_in_proc_self_environ(pynox, fs):
+    code = ("try:\n    data = open('/proc/self/environ', 'rb').read()\nexcept OSError as e:\n    data = b''\n"
+            f"print({SECRET_VALUE.encode()!r} in data)")
+    result = pynox.task(code, **fs.grants, env={SECRET_NAME: SECRET_VALUE})
+    assert result["exit"] == 0, result
+    assert result["stdout"] == "False\n", f"the launcher's environment is readable in /proc/self/environ: {result}"
+
+
+def test_launcher_environment_is_not_in_task_memory(pynox, fs):
+    """The child is a fork of the launcher: the process's environment block is still mapped."""
+    code = textwrap.dedent(f"""\
+        import ctypes
+        fields = open('/proc/self/stat').read().rsplit(')', 1)[1].split()
+        start, end = int(fields[47]), int(fields[48])  # env_start, env_end
+        print({SECRET_VALUE.encode()!r} in ctypes.string_at(start, end - start))
+        """)
+    result = pynox.task(code, **fs.grants, env={SECRET_NAME: SECRET_VALUE})
+    assert result["exit"] == 0, result
+    assert result["stdout"] == "False\n", f"the launcher's environment is readable in the task's memory: {result}"
+
+
+TIOCSTI_CODE = textwrap.dedent("""\
+    import fcntl, termios
+    injected = 0
+    try:
+        for ch in b"echo PWNED-BY-PYNOX-TASK\\n":
+            fcntl.ioctl(0, termios.TIOCSTI, bytes([ch]))
+            injected += 1
+    except OSError as e:
+        print("denied", e.errno)
+    print("injected", injected)
+    """)
+
+
+@pytest.mark.parametrize("mode", ["passthrough", "json"])
+def test_task_cannot_inject_input_into_the_terminal(pynox, fs, mode):
+    """TIOCSTI on an inherited terminal pushes keystrokes that the user's shell
+    would run after pynox exits, outside the sandbox."""
+    master, slave = pty.openpty()
+    try:
+        tty.setraw(slave)
+
+        def controlling_terminal():
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+        args = ["--json"] if mode == "json" else []
+        proc = subprocess.run([sys.executable, "-m", "pynox", *args, "-c", TIOCSTI_CODE], stdin=slave,
+                              capture_output=True, cwd=pynox.cwd, timeout=20, start_new_session=True,
+                              preexec_fn=controlling_terminal)
+        os.set_blocking(slave, False)
+        ready, _, _ = select.select([slave], [], [], 0.2)
+        pending = os.read(slave, 4096) if ready else b""
+        assert pending == b"", (f"the task injected {pending!r} into the terminal's input queue "
+                                f"(rc {proc.returncode}, stdout {proc.stdout!r}, stderr {proc.stderr!r})")
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def _sysv(libc):
+    libc.msgget.argtypes = [ctypes.c_int, ctypes.c_int]
+    libc.msgctl.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    libc.msgsnd.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return libc
+
+
+MSG_STAT_BUF = 256  # struct msqid_ds is 120 bytes on x86-64; room to spare
+IPC_RMID, IPC_STAT = 0, 2
+MSG_QNUM_OFFSET = 80  # offsetof(struct msqid_ds, msg_qnum) on x86-64 and aarch64
+
+
+def _queue_messages(libc, qid):
+    buf = ctypes.create_string_buffer(MSG_STAT_BUF)
+    if libc.msgctl(qid, IPC_STAT, buf) != 0:
+        return None
+    return ctypes.c_ulong.from_buffer(buf, MSG_QNUM_OFFSET).value
+
+
+@pytest.fixture
+def host_queue(libc):
+    """A SysV message queue of the host (same uid as the task) holding one secret message."""
+    libc = _sysv(libc)
+    key = 0x5E000000 | (os.getpid() & 0xFFFFFF)
+    qid = libc.msgget(key, 0o1600)  # IPC_CREAT | 0600
+    if qid < 0:
+        pytest.skip(f"SysV message queues unavailable: errno {ctypes.get_errno()}")
+    message = ctypes.create_string_buffer(ctypes.sizeof(ctypes.c_long) + 16)
+    ctypes.c_long.from_buffer(message).value = 1
+    message[ctypes.sizeof(ctypes.c_long):ctypes.sizeof(ctypes.c_long) + 11] = b"host-secret"
+    assert libc.msgsnd(qid, message, 16, 0) == 0
+    yield key, qid
+    libc.msgctl(qid, IPC_RMID, None)
+
+
+def test_host_sysv_message_queue_is_unreachable(pynox, fs, host_queue, libc):
+    key, qid = host_queue
+    code = textwrap.dedent(f"""\
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        qid = libc.msgget({key}, 0)
+        buf = ctypes.create_string_buffer(64)
+        got = libc.msgrcv(qid, buf, 32, 0, 0o4000) if qid >= 0 else -1  # IPC_NOWAIT
+        print('msgget', qid, 'msgrcv', got, bytes(buf.raw[8:19]))
+        print('rmid', libc.msgctl(qid, 0, None) if qid >= 0 else -1)
+        """)
+    result = pynox.task(code, **fs.grants)
+    assert b"host-secret".decode() not in result["stdout"], f"the task read the host's message: {result}"
+    assert _queue_messages(_sysv(libc), qid) == 1, f"the task changed or removed the host's queue: {result}"
+
+
+def test_task_leaves_no_sysv_objects_behind(pynox, fs, libc):
+    libc = _sysv(libc)
+    key = 0x5F000000 | (os.getpid() & 0xFFFFFF)
+    code = (f"import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            f"print(libc.msgget({key}, 0o1600), libc.semget({key}, 1, 0o1600))")
+    try:
+        result = pynox.task(code, **fs.grants)
+        qid = libc.msgget(key, 0)
+        sem = libc.semget(key, 1, 0)
+        assert qid < 0 and sem < 0, (f"the task created SysV IPC objects that outlive it and every limit "
+                                     f"(queue {qid}, semaphore {sem}): {result}")
+    finally:
+        qid = libc.msgget(key, 0)
+        if qid >= 0:
+            libc.msgctl(qid, IPC_RMID, None)
+        sem = libc.semget(key, 1, 0)
+        if sem >= 0:
+            libc.semctl(sem, 0, IPC_RMID)
