@@ -262,8 +262,6 @@ class Pool:
                 self._on_request_line(frame.data)
 
     def _on_request_line(self, line: bytes):
-        if not line.strip():
-            return
         try:
             obj = decode(line)
         except DecodeError as exc:

@@ -109,7 +109,9 @@ def _within(paths, ceiling, key):
 def validate(obj, config: PoolConfig, cwd: str) -> JobSpec:
     """A JobSpec for a job request ``obj``; raises RequestError saying what is wrong."""
     rid = request_id(obj)
-    for key in obj:
+    for key, value in obj.items():
+        if value is None and key in JOB_FIELDS:
+            _fail(f"{key} is null; leave it out for the default")
         if key in NOT_YET:
             _fail(f"{key!r}: {NOT_YET[key]} are not supported by this pool yet")
         if key not in JOB_FIELDS:
@@ -144,7 +146,9 @@ def validate(obj, config: PoolConfig, cwd: str) -> JobSpec:
         except ValueError as exc:
             _fail(f"{key}: {exc}")
     limits = config.limits
-    _within(resolved["allow_read"], limits.allow_read, "allow_read")
+    # A write grant reads too, so reading beneath a write limit is within the ceiling.
+    readable = None if limits.allow_read is None else limits.allow_read + (limits.allow_write or ())
+    _within(resolved["allow_read"], readable, "allow_read")
     _within(resolved["allow_write"], limits.allow_write, "allow_write")
     network = fields.get("allow_network", False)
     if not isinstance(network, bool):

@@ -220,9 +220,11 @@ def main(argv=None) -> int:
     warm(ctx)
     template = Template(control, ctx)
     template.conn = conn_for_boot
-    template.request("ready", preloaded_modules=loaded, python=platform.python_version(), landlock_abi=abi)
     try:
+        template.request("ready", preloaded_modules=loaded, python=platform.python_version(), landlock_abi=abi)
         template.serve_forever()
+    except (BrokenPipeError, ConnectionResetError):
+        return 0  # the supervisor went away: so do we, and our children with us
     except Broken as exc:
         print(f"pynox template: {exc}", file=sys.stderr)
         return BOOT_ERROR

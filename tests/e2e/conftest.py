@@ -300,7 +300,7 @@ class Listener:
 
     def stop(self):
         """Stop after one more bounded wait, so a late connection is still seen."""
-        time.sleep(0.2)
+        time.sleep(0.15)
         self._stop.set()
         self._thread.join(timeout=5)
         self.sock.close()

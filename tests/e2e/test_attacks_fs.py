@@ -4,6 +4,11 @@
 Every denied operation is checked by its effect: the target's bytes, mode,
 owner, mtime, inode, link count and xattrs are unchanged, nothing new
 appeared, and the secret never reached the task's output.
+
+To stay fast, each group of probes runs in ONE confined task (the
+``Pynox.group`` batch in conftest): every probe has targets of its own, its
+outcome is reported on its own line, and each probe is still its own test
+with its own effect check.
 """
 
 import os
@@ -13,216 +18,257 @@ from pathlib import Path
 import pytest
 
 OUTSIDE_SECRET = "outside secret"
+OLD_NS = 1_000_000_000_000_000_000  # a distinctive mtime, so any touch shows
+
+
+def make_file(path: Path, text: str = "untouchable\n") -> Path:
+    path.write_text(text)
+    path.chmod(0o644)
+    os.utime(path, ns=(OLD_NS, OLD_NS))
+    return path
+
+
+def q(path) -> str:
+    return repr(str(path))
 
 
 # --- reading outside the grants ---------------------------------------------------------------
 
-READ_TARGETS = {
-    "etc-passwd": ("'/etc/passwd'", "root:x:0:0"),
-    "tmp-file-not-granted": ("OUTSIDE_FILE", OUTSIDE_SECRET),
-    "home-dir-file": ("'/root/.bashrc'", None),
-    "proc-self-root-escape": ("'/proc/self/root/etc/passwd'", "root:x:0:0"),
-    "proc-self-root-tmp-escape": ("'/proc/self/root' + OUTSIDE_FILE", OUTSIDE_SECRET),
-}
+@pytest.fixture(scope="module")
+def reads(module_pynox, make_fs):
+    d = make_fs("reads")
+    probes = {
+        "etc-passwd": "value = open('/etc/passwd').read()",
+        "tmp-file-not-granted": f"value = open({q(d.outside_file)}).read()",
+        "home-dir-file": "value = open('/root/.bashrc').read()",
+        "proc-self-root-escape": "value = open('/proc/self/root/etc/passwd').read()",
+        "proc-self-root-tmp-escape": f"value = open('/proc/self/root' + {q(d.outside_file)}).read()",
+        "proc-self-cwd-escape": "value = os.listdir('/proc/self/cwd')",
+        "list-outside-dir": f"value = os.listdir({q(d.outside)})",
+        "list-home-dir": "value = os.listdir('/root')",
+        "list-root-dir": "value = os.listdir('/')",
+        "list-tmp": "value = os.listdir('/tmp')",
+        "list-cwd": "value = os.listdir('.')",
+        "scandir-parent-of-grant": f"value = [e.name for e in os.scandir({q(d.ro.parent)})]",
+        "openat-dotdot-from-grant": (f"fd = os.open({q(d.ro)}, os.O_RDONLY)\n"
+                                     "value = os.read(os.open('../outside/secret.txt', os.O_RDONLY, dir_fd=fd), 100)"),
+        # positive controls: the batch itself can read what is granted
+        "control-granted-read": f"value = open({q(d.ro_file)}).read()",
+        "control-granted-list": f"value = sorted(os.listdir({q(d.ro)}))",
+    }
+    group = module_pynox.group({name: (code, []) for name, code in probes.items()}, prelude="import os",
+                               ro=[d.ro], rw=[d.rw])
+    return group, d
 
 
-@pytest.mark.parametrize("name", list(READ_TARGETS))
-def test_read_outside_grants_is_denied(pynox, fs, name):
-    expr, secret = READ_TARGETS[name]
-    code = f"OUTSIDE_FILE = {str(fs.outside_file)!r}\nprint(open({expr}).read())\n"
-    result = pynox.task(code, **fs.grants)
-    assert result["exit"] == 1, result
-    assert result["error"]["type"] == "PermissionError", result
-    if secret is not None:
-        assert secret not in result["stdout"] + result["stderr"]
-    assert result["stdout"] == ""
+READ_PROBES = ["etc-passwd", "tmp-file-not-granted", "home-dir-file", "proc-self-root-escape",
+               "proc-self-root-tmp-escape", "proc-self-cwd-escape", "list-outside-dir", "list-home-dir",
+               "list-root-dir", "list-tmp", "list-cwd", "scandir-parent-of-grant", "openat-dotdot-from-grant"]
 
 
-@pytest.mark.parametrize("where", ["outside-dir", "home-dir", "root-dir", "tmp-dir", "cwd"])
-def test_listing_directories_outside_grants_is_denied(pynox, fs, where):
-    path = {"outside-dir": str(fs.outside), "home-dir": "/root", "root-dir": "/", "tmp-dir": "/tmp",
-            "cwd": "."}[where]
-    result = pynox.task(f"import os\nprint(os.listdir({path!r}))", **fs.grants)
-    assert result["error"]["type"] == "PermissionError", result
-    assert "secret.txt" not in result["stdout"]
-    assert result["stdout"] == ""
+@pytest.mark.parametrize("name", READ_PROBES)
+def test_read_outside_grants_is_denied(reads, name):
+    group, d = reads
+    group.assert_denied(name)
+    out = group.result["stdout"] + group.result["stderr"]
+    assert OUTSIDE_SECRET not in out
+    assert "root:x:0:0" not in out
+
+
+def test_granted_reads_work_in_the_same_task(reads):
+    group, d = reads
+    assert group.outcome("control-granted-read") == {"ok": True, "value": "read-only content\n"}
+    assert group.outcome("control-granted-list") == {"ok": True, "value": ["data.txt"]}
 
 
 def test_read_hint_names_the_grant(pynox, fs):
-    result = pynox.task(f"open({str(fs.outside_file)!r}).read()", **fs.grants)
+    result = pynox.task(f"open({q(fs.outside_file)}).read()", **fs.grants)
+    assert result["error"]["type"] == "PermissionError", result
     hint = result["error"]["hint"]
     assert hint and "--allow-read" in hint and str(fs.outside) in hint, result
 
 
-def test_granted_read_works_and_is_the_positive_control(pynox, fs):
-    result = pynox.task(f"print(open({str(fs.ro_file)!r}).read(), end='')", **fs.grants)
-    assert result["exit"] == 0, result
-    assert result["stdout"] == "read-only content\n"
+# --- writing outside the grants, and beneath a read-only grant --------------------------------
+
+@pytest.fixture(scope="module")
+def writes(module_pynox, make_fs):
+    d = make_fs("writes")
+    make_file(d.outside / "overwrite.txt")
+    make_file(d.ro / "overwrite.txt")
+    (d.ro / "emptydir").mkdir()
+    probes = {
+        "outside-create-file": (f"open({q(d.outside / 'new.txt')}, 'w').write('pwned')", [d.outside / "new.txt"]),
+        "outside-overwrite": (f"open({q(d.outside / 'overwrite.txt')}, 'w').write('pwned')",
+                              [d.outside / "overwrite.txt"]),
+        "outside-mkdir": (f"os.mkdir({q(d.outside / 'newdir')})", [d.outside / "newdir"]),
+        "outside-os-open-creat": (f"os.open({q(d.outside / 'creat')}, os.O_WRONLY | os.O_CREAT | os.O_EXCL)",
+                                  [d.outside / "creat"]),
+        "ro-create-file": (f"open({q(d.ro / 'new.txt')}, 'w').write('pwned')", [d.ro / "new.txt"]),
+        "ro-mkdir": (f"os.mkdir({q(d.ro / 'newdir')})", [d.ro / "newdir"]),
+        "ro-symlink": (f"os.symlink('/etc/passwd', {q(d.ro / 'link')})", [d.ro / "link"]),
+        "ro-mkfifo": (f"os.mkfifo({q(d.ro / 'fifo')})", [d.ro / "fifo"]),
+        "ro-mknod-socket": (f"os.mknod({q(d.ro / 'sock')}, 0o600 | __import__('stat').S_IFSOCK)", [d.ro / "sock"]),
+        "ro-overwrite-existing": (f"open({q(d.ro / 'overwrite.txt')}, 'w').write('pwned')", [d.ro / "overwrite.txt"]),
+        "ro-rmdir": (f"os.rmdir({q(d.ro / 'emptydir')})", [d.ro / "emptydir"]),
+        "ro-rmdir-grant-itself": (f"os.rmdir({q(d.ro)})", [d.ro]),
+    }
+    return module_pynox.group(probes, prelude="import os", ro=[d.ro], rw=[d.rw]), d
 
 
-# --- writing outside the grants ----------------------------------------------------------------
-
-def test_create_file_outside_grants_is_denied(pynox, fs, tree):
-    before = tree(fs.outside)
-    target = fs.outside / "new.txt"
-    result = pynox.task(f"open({str(target)!r}, 'w').write('pwned')", **fs.grants)
-    assert result["error"]["type"] == "PermissionError", result
-    assert not target.exists()
-    assert tree(fs.outside) == before
+@pytest.mark.parametrize("name", ["outside-create-file", "outside-overwrite", "outside-mkdir", "outside-os-open-creat"])
+def test_write_outside_grants_is_denied(writes, name):
+    writes[0].assert_denied(name)
 
 
-def test_overwrite_file_outside_grants_is_denied(pynox, fs, snapshot):
-    before = snapshot(fs.outside_file)
-    result = pynox.task(f"open({str(fs.outside_file)!r}, 'w').write('pwned')", **fs.grants)
-    assert result["error"]["type"] == "PermissionError", result
-    assert snapshot(fs.outside_file) == before
+@pytest.mark.parametrize("name", ["ro-create-file", "ro-mkdir", "ro-symlink", "ro-mkfifo", "ro-mknod-socket",
+                                  "ro-overwrite-existing", "ro-rmdir", "ro-rmdir-grant-itself"])
+def test_write_beneath_read_only_grant_is_denied(writes, name):
+    writes[0].assert_denied(name, types=("PermissionError", "OSError"))
 
 
-def test_mkdir_outside_grants_is_denied(pynox, fs):
-    target = fs.outside / "newdir"
-    result = pynox.task(f"import os\nos.mkdir({str(target)!r})", **fs.grants)
-    assert result["error"]["type"] == "PermissionError", result
-    assert not target.exists()
-
-
-def test_write_hint_names_the_grant(pynox, fs):
-    result = pynox.task(f"open({str(fs.outside / 'x')!r}, 'w')", **fs.grants)
-    hint = result["error"]["hint"]
-    assert hint and "--allow-write" in hint, result
-
-
-# --- writing beneath a read-only grant ---------------------------------------------------------
-
-WRITE_UNDER_RO = {
-    "create-file": "open(RO + '/new.txt', 'w').write('pwned')",
-    "mkdir": "os.mkdir(RO + '/newdir')",
-    "symlink": "os.symlink('/etc/passwd', RO + '/link')",
-    "mkfifo": "os.mkfifo(RO + '/fifo')",
-    "overwrite-existing": "open(RO + '/data.txt', 'w').write('pwned')",
-    "rmdir-grant-itself": "os.rmdir(RO)",
-}
-
-
-@pytest.mark.parametrize("op", list(WRITE_UNDER_RO))
-def test_write_beneath_read_only_grant_is_denied(pynox, fs, op, snapshot, tree):
-    before_tree = tree(fs.ro)
-    before = snapshot(fs.ro_file)
-    code = f"import os\nRO = {str(fs.ro)!r}\n{WRITE_UNDER_RO[op]}\n"
-    result = pynox.task(code, **fs.grants)
-    assert result["exit"] == 1, result
-    assert result["error"]["type"] in ("PermissionError", "OSError"), result
-    assert tree(fs.ro) == before_tree
-    assert snapshot(fs.ro_file) == before
-
-
-def test_read_only_hint_says_read_only(pynox, fs):
-    result = pynox.task(f"open({str(fs.ro_file)!r}, 'w')", **fs.grants)
-    hint = result["error"]["hint"]
-    assert hint and "read-only" in hint and "--allow-write" in hint, result
+def test_write_hints_name_the_grant(pynox, fs):
+    result = pynox.task(f"open({q(fs.outside / 'x')}, 'w')", **fs.grants)
+    assert "--allow-write" in (result["error"]["hint"] or ""), result
+    result = pynox.task(f"open({q(fs.ro_file)}, 'w')", **fs.grants)
+    hint = result["error"]["hint"] or ""
+    assert "read-only" in hint and "--allow-write" in hint, result
 
 
 # --- symlinks ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("who_links", ["task-made-link", "preexisting-link"])
-@pytest.mark.parametrize("mode", ["read", "write", "append", "truncate"])
-def test_symlink_in_write_grant_to_outside_file(pynox, fs, who_links, mode, snapshot):
-    link = fs.rw / "link"
-    if who_links == "preexisting-link":
-        link.symlink_to(fs.outside_file)
-    before = snapshot(fs.outside_file)
-    make = f"os.symlink({str(fs.outside_file)!r}, {str(link)!r})\n" if who_links == "task-made-link" else ""
-    action = {
-        "read": f"print(open({str(link)!r}).read())",
-        "write": f"open({str(link)!r}, 'w').write('pwned')",
-        "append": f"open({str(link)!r}, 'a').write('pwned')",
-        "truncate": f"os.truncate({str(link)!r}, 0)",
-    }[mode]
-    result = pynox.task(f"import os\n{make}{action}\n", **fs.grants)
-    assert result["error"] is not None and result["error"]["type"] == "PermissionError", result
-    assert OUTSIDE_SECRET not in result["stdout"] + result["stderr"]
-    assert snapshot(fs.outside_file) == before
-    assert link.is_symlink()  # the link itself was allowed; only its target is out of reach
+SYMLINK_ACTIONS = {
+    "read": "value = open(LINK).read()",
+    "write": "open(LINK, 'w').write('pwned')",
+    "append": "open(LINK, 'a').write('pwned')",
+    "truncate": "os.truncate(LINK, 0)",
+    "chmod-through-link": "os.chmod(LINK, 0o777)",
+}
 
 
-def test_symlink_in_write_grant_to_read_only_file_cannot_write(pynox, fs, snapshot):
-    link = fs.rw / "link"
-    before = snapshot(fs.ro_file)
-    code = f"import os\nos.symlink({str(fs.ro_file)!r}, {str(link)!r})\nopen({str(link)!r}, 'w').write('pwned')\n"
-    result = pynox.task(code, **fs.grants)
-    assert result["error"]["type"] == "PermissionError", result
-    assert snapshot(fs.ro_file) == before
+@pytest.fixture(scope="module")
+def symlinks(module_pynox, make_fs):
+    d = make_fs("symlinks")
+    probes = {}
+    for who in ("task-made", "preexisting"):
+        for action, code in SYMLINK_ACTIONS.items():
+            name = f"{who}-{action}"
+            target = make_file(d.outside / f"target-{name}.txt", OUTSIDE_SECRET + "\n")
+            link = d.rw / f"link-{name}"
+            if who == "preexisting":
+                link.symlink_to(target)
+                make = ""
+            else:
+                make = f"os.symlink({q(target)}, LINK)\n"
+            probes[name] = (f"LINK = {q(link)}\n{make}{code}", [target])
+    ro_target = make_file(d.ro / "ro-target.txt")
+    probes["to-read-only-file-write"] = (
+        f"LINK = {q(d.rw / 'link-ro')}\nos.symlink({q(ro_target)}, LINK)\nopen(LINK, 'w').write('pwned')", [ro_target])
+    dirlink = d.rw / "dirlink"
+    dirlink.symlink_to(d.outside, target_is_directory=True)
+    probes["dir-link-read"] = (f"value = open({q(dirlink / 'secret.txt')}).read()", [d.outside_file])
+    probes["dir-link-create"] = (f"open({q(dirlink / 'dropped.txt')}, 'w').write('x')", [d.outside / "dropped.txt"])
+    probes["control-link-within-grant"] = (
+        f"open({q(d.rw / 'real.txt')}, 'w').write('ok')\nos.symlink('real.txt', {q(d.rw / 'rel-link')})\n"
+        f"value = open({q(d.rw / 'rel-link')}).read()", [])
+    return module_pynox.group(probes, prelude="import os", ro=[d.ro], rw=[d.rw]), d
 
 
-def test_symlinked_directory_to_outside_is_not_a_grant(pynox, fs):
-    link = fs.rw / "dirlink"
-    link.symlink_to(fs.outside, target_is_directory=True)
-    code = (f"import os\nprint(open({str(link / 'secret.txt')!r}).read())\n")
-    result = pynox.task(code, **fs.grants)
-    assert result["error"]["type"] == "PermissionError", result
-    assert OUTSIDE_SECRET not in result["stdout"]
-    result = pynox.task(f"open({str(link / 'dropped.txt')!r}, 'w').write('x')", **fs.grants)
-    assert result["error"]["type"] == "PermissionError", result
-    assert not (fs.outside / "dropped.txt").exists()
+@pytest.mark.parametrize("who", ["task-made", "preexisting"])
+@pytest.mark.parametrize("action", list(SYMLINK_ACTIONS))
+def test_symlink_in_write_grant_to_outside_file(symlinks, who, action):
+    group, d = symlinks
+    group.assert_denied(f"{who}-{action}")
+    assert OUTSIDE_SECRET not in group.result["stdout"]
+    assert (d.rw / f"link-{who}-{action}").is_symlink()  # the link itself is allowed; its target is not
+
+
+@pytest.mark.parametrize("name", ["to-read-only-file-write", "dir-link-read", "dir-link-create"])
+def test_symlink_tricks_are_denied(symlinks, name):
+    group, d = symlinks
+    group.assert_denied(name)
+    assert OUTSIDE_SECRET not in group.result["stdout"]
+
+
+def test_symlink_within_write_grant_works(symlinks):
+    assert symlinks[0].outcome("control-link-within-grant") == {"ok": True, "value": "ok"}
 
 
 # --- hard links --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("source", ["read-only-file", "outside-file"])
-def test_hardlink_into_write_grant_is_denied(pynox, fs, source, snapshot):
-    src = fs.ro_file if source == "read-only-file" else fs.outside_file
-    dst = fs.rw / "hardlink"
-    before = snapshot(src)
-    code = (f"import os\n"
-            f"try:\n    os.link({str(src)!r}, {str(dst)!r})\n"
-            f"except OSError as e:\n    print('link-denied', e.errno)\n"
-            f"open({str(src)!r}, 'r+').write('pwned')\n")
-    result = pynox.task(code, **fs.grants)
-    assert "link-denied" in result["stdout"], result
-    assert result["error"]["type"] == "PermissionError", result
-    assert not os.path.lexists(dst)
-    assert snapshot(src) == before  # nlink included: no new name for the inode anywhere
+@pytest.fixture(scope="module")
+def hardlinks(module_pynox, make_fs):
+    d = make_fs("hardlinks")
+    probes = {}
+    for name, src in (("from-read-only-file", make_file(d.ro / "hl-src.txt")),
+                      ("from-outside-file", make_file(d.outside / "hl-src.txt"))):
+        dst = d.rw / f"hl-{name}"
+        code = (f"S, D = {q(src)}, {q(dst)}\n"
+                "try:\n    os.link(S, D)\n    linked = 'LINKED'\nexcept OSError as e:\n    linked = e.errno\n"
+                "try:\n    open(S, 'r+').write('pwned')\n    wrote = 'WROTE'\nexcept OSError as e:\n    wrote = e.errno\n"
+                "try:\n    open(D, 'r+').write('pwned')\n    via = 'WROTE'\nexcept OSError as e:\n    via = e.errno\n"
+                "value = [linked, wrote, via]")
+        probes[name] = (code, [src, dst])
+    return module_pynox.group(probes, prelude="import os", ro=[d.ro], rw=[d.rw]), d
+
+
+@pytest.mark.parametrize("name", ["from-read-only-file", "from-outside-file"])
+def test_hardlink_into_write_grant_is_denied(hardlinks, name):
+    group, d = hardlinks
+    outcome = group.outcome(name)
+    linked, wrote, via = outcome["value"]
+    assert linked != "LINKED", f"os.link succeeded: {outcome}"
+    assert wrote != "WROTE" and via != "WROTE", outcome
+    group.assert_unchanged(name)  # the source's nlink is in the snapshot: no new name anywhere
 
 
 # --- renames -----------------------------------------------------------------------------------
 
 RENAMES = {
-    # (source, destination) relative to the fs fixture
-    "ro-file-into-write-dir": ("ro/data.txt", "rw/moved.txt"),
-    "ro-file-within-ro-dir": ("ro/data.txt", "ro/renamed.txt"),
-    "ro-file-out-to-outside": ("ro/data.txt", "outside/moved.txt"),
-    "rw-file-into-ro-dir": ("rw/mine.txt", "ro/planted.txt"),
-    "rw-file-over-ro-file": ("rw/mine.txt", "ro/data.txt"),
-    "rw-file-out-to-outside": ("rw/mine.txt", "outside/planted.txt"),
-    "outside-file-into-write-dir": ("outside/secret.txt", "rw/stolen.txt"),
-    "rw-file-over-outside-file": ("rw/mine.txt", "outside/secret.txt"),
+    # name: (source dir, destination dir, destination already exists)
+    "ro-file-into-write-dir": ("ro", "rw", False),
+    "ro-file-within-ro-dir": ("ro", "ro", False),
+    "ro-file-out-to-outside": ("ro", "outside", False),
+    "rw-file-into-ro-dir": ("rw", "ro", False),
+    "rw-file-over-ro-file": ("rw", "ro", True),
+    "rw-file-out-to-outside": ("rw", "outside", False),
+    "outside-file-into-write-dir": ("outside", "rw", False),
+    "rw-file-over-outside-file": ("rw", "outside", True),
+    "ro-file-over-rw-file": ("ro", "rw", True),
 }
 
 
-@pytest.mark.parametrize("name", list(RENAMES))
-def test_rename_across_grant_boundaries_is_denied(pynox, fs, name, snapshot, tree):
-    (fs.rw / "mine.txt").write_text("mine\n")
-    root = fs.ro.parent
-    src, dst = (root / p for p in RENAMES[name])
-    before_src = snapshot(src)
-    before_dst = snapshot(dst) if dst.exists() else None
-    before_trees = {d: tree(d) for d in (fs.ro, fs.rw, fs.outside)}
-    result = pynox.task(f"import os\nos.rename({str(src)!r}, {str(dst)!r})\n", **fs.grants)
-    assert result["exit"] == 1, result
-    assert result["error"]["type"] in ("PermissionError", "OSError"), result
-    assert snapshot(src) == before_src
-    assert (snapshot(dst) if dst.exists() else None) == before_dst
-    assert {d: tree(d) for d in before_trees} == before_trees
+@pytest.fixture(scope="module")
+def renames(module_pynox, make_fs):
+    d = make_fs("renames")
+    probes = {}
+    for name, (src_dir, dst_dir, exists) in RENAMES.items():
+        src = make_file(getattr(d, src_dir) / f"src-{name}.txt")
+        dst = getattr(d, dst_dir) / f"dst-{name}.txt"
+        if exists:
+            make_file(dst, "victim\n")
+        probes[name] = (f"os.rename({q(src)}, {q(dst)})", [src, dst])
+    (d.rw / "mine.txt").write_text("mine\n")
+    probes["control-rename-within-write-dir"] = (f"os.rename({q(d.rw / 'mine.txt')}, {q(d.rw / 'yours.txt')})", [])
+    exchange = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+                "r = libc.renameat2(-100, {a}, -100, {b}, 2)  # RENAME_EXCHANGE\n"
+                "if r != 0:\n    e = ctypes.get_errno()\n    raise OSError(e, os.strerror(e))")
+    src, dst = make_file(d.ro / "xchg-ro.txt"), make_file(d.rw / "xchg-rw.txt", "writable\n")
+    probes["exchange-ro-and-rw-files"] = (exchange.format(a=f"{q(src)}.encode()", b=f"{q(dst)}.encode()"), [src, dst])
+    return module_pynox.group(probes, prelude="import os", ro=[d.ro], rw=[d.rw]), d
 
 
-def test_rename_within_write_grant_works(pynox, fs, tree):
-    (fs.rw / "a.txt").write_text("a\n")
-    result = pynox.task(f"import os\nos.rename({str(fs.rw / 'a.txt')!r}, {str(fs.rw / 'b.txt')!r})", **fs.grants)
-    assert result["exit"] == 0, result
-    assert tree(fs.rw) == ["b.txt"]
-    assert (fs.rw / "b.txt").read_text() == "a\n"
+@pytest.mark.parametrize("name", [*RENAMES, "exchange-ro-and-rw-files"])
+def test_rename_across_grant_boundaries_is_denied(renames, name):
+    renames[0].assert_denied(name, types=("PermissionError", "OSError"))
 
 
-# --- metadata and content changes to a read-only file ------------------------------------------
+def test_rename_within_write_grant_works(renames):
+    group, d = renames
+    assert group.outcome("control-rename-within-write-dir")["ok"] is True
+    assert (d.rw / "yours.txt").read_text() == "mine\n" and not (d.rw / "mine.txt").exists()
+
+
+# --- content and metadata changes to a read-only file ------------------------------------------
 
 RO_FILE_OPS = {
     "os.truncate": "os.truncate(F, 0)",
@@ -233,7 +279,7 @@ RO_FILE_OPS = {
     "ftruncate-readonly-fd": "os.ftruncate(os.open(F, os.O_RDONLY), 0)",
     "chmod": "os.chmod(F, 0o777)",
     "fchmod-readonly-fd": "os.fchmod(os.open(F, os.O_RDONLY), 0o777)",
-    "chmod-nofollow": "os.chmod(F, 0o777, follow_symlinks=False)",
+    "fchmod-O_PATH-fd": "os.chmod(f'/proc/self/fd/{os.open(F, os.O_PATH)}', 0o777)",
     "chown": "os.chown(F, 1, 1)",
     "fchown-readonly-fd": "os.fchown(os.open(F, os.O_RDONLY), 1, 1)",
     "lchown": "os.lchown(F, 1, 1)",
@@ -243,112 +289,117 @@ RO_FILE_OPS = {
     "setxattr": "os.setxattr(F, 'user.pwned', b'1')",
     "fsetxattr-readonly-fd": "os.setxattr(os.open(F, os.O_RDONLY), 'user.pwned', b'1')",
     "lsetxattr": "os.setxattr(F, 'user.pwned', b'1', follow_symlinks=False)",
+    "removexattr": "os.removexattr(F, 'user.keep')",
     "unlink": "os.unlink(F)",
-    "unlink-via-dir-fd": "os.unlink('data.txt', dir_fd=os.open(RO, os.O_RDONLY))",
-    "rename-onto-itself-dir": "os.rename(F, RO + '/x')",
+    "unlink-via-dir-fd": "os.unlink(os.path.basename(F), dir_fd=os.open(os.path.dirname(F), os.O_RDONLY))",
+    "rename-within-ro-dir": "os.rename(F, F + '.moved')",
     "mmap-shared-write": ("import mmap\nfd = os.open(F, os.O_RDONLY)\n"
                           "m = mmap.mmap(fd, 0, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)\nm[0:1] = b'X'"),
     "proc-self-fd-reopen-for-write": "fd = os.open(F, os.O_RDONLY)\nopen(f'/proc/self/fd/{fd}', 'w').write('x')",
+    "fallocate-readonly-fd": "os.posix_fallocate(os.open(F, os.O_RDONLY), 0, 1 << 20)",
+}
+RO_DIR_OPS = {
+    "dir-chmod": "os.chmod(F, 0o777)",
+    "dir-utime": "os.utime(F, (0, 0))",
+    "dir-chown": "os.chown(F, 1, 1)",
+    "dir-setxattr": "os.setxattr(F, 'user.pwned', b'1')",
 }
 
 
-@pytest.mark.parametrize("op", list(RO_FILE_OPS))
-def test_read_only_file_cannot_be_changed(pynox, fs, op, snapshot, tree):
-    before = snapshot(fs.ro_file)
-    before_tree = tree(fs.ro)
-    code = f"import os\nF = {str(fs.ro_file)!r}\nRO = {str(fs.ro)!r}\n{RO_FILE_OPS[op]}\n"
-    result = pynox.task(code, **fs.grants)
-    assert result["exit"] != 0, result
-    assert result["error"] is not None, result
-    assert result["error"]["type"] in ("PermissionError", "OSError"), result
-    assert snapshot(fs.ro_file) == before
-    assert tree(fs.ro) == before_tree
+@pytest.fixture(scope="module")
+def ro_ops(module_pynox, make_fs):
+    d = make_fs("ro_ops")
+    probes = {}
+    for i, (name, code) in enumerate(RO_FILE_OPS.items()):
+        f = make_file(d.ro / f"file-{i}.txt")
+        os.setxattr(f, "user.keep", b"yes")
+        probes[name] = (f"F = {q(f)}\n{code}", [f, Path(str(f) + ".moved")])
+    for i, (name, code) in enumerate(RO_DIR_OPS.items()):
+        sub = d.ro / f"dir-{i}"
+        sub.mkdir()
+        os.utime(sub, ns=(OLD_NS, OLD_NS))
+        probes[name] = (f"F = {q(sub)}\n{code}", [sub])
+    return module_pynox.group(probes, prelude="import os", ro=[d.ro], rw=[d.rw]), d
 
 
-def test_removexattr_on_read_only_file_is_denied(pynox, fs, snapshot):
-    os.setxattr(fs.ro_file, "user.keep", b"yes")
-    before = snapshot(fs.ro_file)
-    result = pynox.task(f"import os\nos.removexattr({str(fs.ro_file)!r}, 'user.keep')", **fs.grants)
-    assert result["error"]["type"] == "PermissionError", result
-    assert snapshot(fs.ro_file) == before
-    assert os.getxattr(fs.ro_file, "user.keep") == b"yes"
-
-
-def test_read_only_directory_metadata_cannot_be_changed(pynox, fs, snapshot):
-    before = snapshot(fs.ro)
-    code = (f"import os\nD = {str(fs.ro)!r}\nfailed = 0\n"
-            "for f in (lambda: os.chmod(D, 0o777), lambda: os.utime(D, (0, 0)), lambda: os.chown(D, 1, 1),\n"
-            "          lambda: os.setxattr(D, 'user.x', b'1')):\n"
-            "    try:\n        f()\n    except OSError:\n        failed += 1\n"
-            "print(failed)\n")
-    result = pynox.task(code, **fs.grants)
-    assert result["stdout"] == "4\n", result
-    assert snapshot(fs.ro) == before
+@pytest.mark.parametrize("op", [*RO_FILE_OPS, *RO_DIR_OPS])
+def test_read_only_file_cannot_be_changed(ro_ops, op):
+    ro_ops[0].assert_denied(op, types=("PermissionError", "OSError"))
 
 
 # --- shared scratch places ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("place", ["/tmp", "/dev/shm", "/var/tmp"])
-@pytest.mark.parametrize("how", ["file", "mkdir"])
-def test_shared_tmp_dirs_are_not_writable(pynox, fs, place, how):
-    if not os.path.isdir(place):
-        pytest.skip(f"{place} does not exist here")
-    target = Path(place) / f"pynox-e2e-{uuid.uuid4().hex}"
-    action = f"open({str(target)!r}, 'w').write('x')" if how == "file" else f"import os; os.mkdir({str(target)!r})"
-    try:
-        result = pynox.task(action, **fs.grants)
-        assert result["error"]["type"] == "PermissionError", result
-        assert not os.path.lexists(target)
-    finally:
+SHARED = [(place, how) for place in ("/tmp", "/dev/shm", "/var/tmp") for how in ("file", "mkdir")]
+
+
+@pytest.fixture(scope="module")
+def shared_dirs(module_pynox, make_fs):
+    d = make_fs("shared")
+    probes, targets = {}, []
+    for place, how in SHARED:
+        if not os.path.isdir(place):
+            continue
+        target = Path(place) / f"pynox-e2e-{uuid.uuid4().hex}"
+        targets.append(target)
+        code = f"open({q(target)}, 'w').write('x')" if how == "file" else f"os.mkdir({q(target)})"
+        probes[f"{place}-{how}"] = (code, [target])
+    yield module_pynox.group(probes, prelude="import os", ro=[d.ro], rw=[d.rw])
+    for target in targets:
         if target.is_dir():
             target.rmdir()
         elif os.path.lexists(target):
             target.unlink()
 
 
+@pytest.mark.parametrize("place, how", SHARED)
+def test_shared_tmp_dirs_are_not_writable(shared_dirs, place, how):
+    if not os.path.isdir(place):
+        pytest.skip(f"{place} does not exist here")
+    shared_dirs.assert_denied(f"{place}-{how}")
+
+
 # --- other processes' /proc --------------------------------------------------------------------
 
-def _proc_probe(path_expr):
-    return ("import os, json\n"
-            f"path = {path_expr}\n"
-            "try:\n    data = open(path, 'rb').read()\n    print(json.dumps({'read': len(data)}))\n"
-            "except OSError as e:\n    print(json.dumps({'errno': e.errno}))\n")
+PROC_TARGETS = {
+    "init-environ": "'/proc/1/environ'",
+    "pytest-cmdline": "f'/proc/{PYTEST}/cmdline'",
+    "pytest-environ": "f'/proc/{PYTEST}/environ'",
+    "launcher-environ": "f'/proc/{os.getppid()}/environ'",
+    "launcher-cmdline": "f'/proc/{os.getppid()}/cmdline'",
+    "launcher-mem": "f'/proc/{os.getppid()}/mem'",
+    "launcher-maps": "f'/proc/{os.getppid()}/maps'",
+    "launcher-status-via-self-dotdot": "f'/proc/self/../{os.getppid()}/status'",
+    "launcher-fd-dir": "f'/proc/{os.getppid()}/fd/0'",
+}
 
 
-@pytest.mark.parametrize("target", ["init-environ", "pytest-cmdline", "pytest-environ", "launcher-environ",
-                                    "launcher-cmdline", "launcher-mem", "launcher-maps", "thread-self-parent"])
-def test_other_processes_proc_is_unreadable(pynox, fs, target):
-    me = os.getpid()
-    expr = {
-        "init-environ": "'/proc/1/environ'",
-        "pytest-cmdline": f"'/proc/{me}/cmdline'",
-        "pytest-environ": f"'/proc/{me}/environ'",
-        "launcher-environ": "f'/proc/{os.getppid()}/environ'",
-        "launcher-cmdline": "f'/proc/{os.getppid()}/cmdline'",
-        "launcher-mem": "f'/proc/{os.getppid()}/mem'",
-        "launcher-maps": "f'/proc/{os.getppid()}/maps'",
-        "thread-self-parent": "f'/proc/self/../{os.getppid()}/status'",
-    }[target]
-    result = pynox.task(_proc_probe(expr), **fs.grants)
-    assert result["exit"] == 0, result
-    assert "errno" in result["stdout"], result
+@pytest.fixture(scope="module")
+def proc_reads(module_pynox, make_fs):
+    d = make_fs("proc")
+    probes = {name: f"value = len(open({expr}, 'rb').read())" for name, expr in PROC_TARGETS.items()}
+    probes["list-proc"] = "value = os.listdir('/proc')"
+    probes["control-own-status"] = "value = open('/proc/self/status').read()"
+    probes["control-own-thread-status"] = "value = open(f'/proc/self/task/{os.getpid()}/status').read()"
+    group = module_pynox.group({name: (code, []) for name, code in probes.items()},
+                               prelude=f"import os\nPYTEST = {os.getpid()}", ro=[d.ro], rw=[d.rw])
+    return group
 
 
-def test_proc_listing_is_denied(pynox, fs):
-    result = pynox.task("import os\nprint(os.listdir('/proc'))", **fs.grants)
-    assert result["error"]["type"] == "PermissionError", result
+@pytest.mark.parametrize("name", [*PROC_TARGETS, "list-proc"])
+def test_other_processes_proc_is_unreadable(proc_reads, name):
+    proc_reads.assert_denied(name)
 
 
-def test_own_proc_status_is_readable(pynox, fs):
-    result = pynox.task("print(open('/proc/self/status').read())", **fs.grants)
-    assert result["exit"] == 0, result
-    assert "Name:" in result["stdout"]
+@pytest.mark.parametrize("name", ["control-own-status", "control-own-thread-status"])
+def test_own_proc_status_is_readable(proc_reads, name):
+    outcome = proc_reads.outcome(name)
+    assert outcome["ok"] is True and "Name:" in outcome["value"], outcome
 
 
 # --- positive control: the write grant does work -----------------------------------------------
 
 def test_writes_inside_write_grant_work(pynox, fs, tree):
-    code = (f"import os\nW = {str(fs.rw)!r}\n"
+    code = (f"import os\nW = {q(fs.rw)}\n"
             "open(W + '/a.txt', 'w').write('hello\\n')\n"
             "open(W + '/a.txt', 'a').write('again\\n')\n"
             "os.makedirs(W + '/sub/deeper')\n"
@@ -362,5 +413,4 @@ def test_writes_inside_write_grant_work(pynox, fs, tree):
     assert result["stdout"] == "hello\nagain\n"
     assert (fs.rw / "a.txt").read_text() == "hello\nagain\n"
     assert (fs.rw / "sub/deeper/b.bin").read_bytes() == bytes(range(128))
-    assert not (fs.rw / "gone.txt").exists()
     assert tree(fs.rw) == ["a.txt", "link", "sub", "sub/deeper", "sub/deeper/b.bin"]

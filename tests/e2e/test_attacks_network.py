@@ -186,31 +186,36 @@ RAW = {
 }
 
 
-def _raw_body(call):
-    return textwrap.dedent(f"""\
-        import ctypes, json
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.syscall.restype = ctypes.c_long
-        fd = {call}
-        print(json.dumps({{"fd": fd, "errno": ctypes.get_errno() if fd < 0 else 0}}))
-        """)
+RAW_PRELUDE = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
+               "def sc(fd):\n    return {'fd': fd, 'errno': ctypes.get_errno() if fd < 0 else 0}")
+RAW_WITH_NETWORK = ["socket-syscall-inet-raw-icmp", "socket-syscall-packet", "socket-syscall-netlink-audit",
+                    "socket-syscall-netlink-uevent", "socket-syscall-vsock", "socket-syscall-alg"]
+
+
+@pytest.fixture(scope="module")
+def raw_sockets(module_pynox):
+    probes = {name: f"value = sc({call})" for name, call in RAW.items()}
+    without = module_pynox.batch(probes, prelude=RAW_PRELUDE)
+    with_network = module_pynox.batch({name: probes[name] for name in RAW_WITH_NETWORK}, prelude=RAW_PRELUDE,
+                                      extra=["--allow-network"])
+    return {"deny": without, "allow": with_network}
+
+
+def _raw_outcome(raw_sockets, network, name):
+    result, outcomes = raw_sockets[network]
+    assert name in outcomes and outcomes[name]["ok"], f"probe {name} did not report: {result}"
+    return outcomes[name]["value"]
 
 
 @pytest.mark.parametrize("name", list(RAW))
-def test_socket_syscall_without_network_grant_fails(pynox, fs, name):
-    result = pynox.task(_raw_body(RAW[name]), ro=[fs.ro])
-    assert result["exit"] == 0, result
-    rep = json.loads(result["stdout"])
+def test_socket_syscall_without_network_grant_fails(raw_sockets, name):
+    rep = _raw_outcome(raw_sockets, "deny", name)
     assert rep["fd"] == -1 and rep["errno"] == errno.EPERM, rep
 
 
-@pytest.mark.parametrize("name", ["socket-syscall-inet-raw-icmp", "socket-syscall-packet",
-                                  "socket-syscall-netlink-audit", "socket-syscall-netlink-uevent",
-                                  "socket-syscall-vsock", "socket-syscall-alg"])
-def test_non_ip_and_raw_sockets_stay_denied_with_network_grant(pynox, fs, name):
-    result = pynox.task(_raw_body(RAW[name]), ro=[fs.ro], extra=["--allow-network"])
-    assert result["exit"] == 0, result
-    rep = json.loads(result["stdout"])
+@pytest.mark.parametrize("name", RAW_WITH_NETWORK)
+def test_non_ip_and_raw_sockets_stay_denied_with_network_grant(raw_sockets, name):
+    rep = _raw_outcome(raw_sockets, "allow", name)
     assert rep["fd"] == -1, f"{name} opened with --allow-network: {rep}"
     assert rep["errno"] in (errno.EPERM, errno.EACCES, errno.EAFNOSUPPORT), rep
 

@@ -124,7 +124,7 @@ def test_nothing_of_one_job_reaches_the_next(tmp_path):
 
 
 def test_every_bad_line_gets_one_answer_and_the_pool_survives(pool):
-    bad = [b"not json", b"[1, 2]", b'{"code": "print(1)"}', b"\xff\xfe{}", b'{"id": 1, "id": 2}',
+    bad = [b"", b"   ", b"not json", b"[1, 2]", b'{"id": "\\ud800", "code": "1"}', b'{"id": 100000000000000000000000}', b'{"code": "print(1)"}', b"\xff\xfe{}", b'{"id": 1, "id": 2}',
            b'{"id": 3, "code": NaN}', b"[" * 100_000, b'{"id": true, "code": "1"}']
     for line in bad:
         pool.send_line(line)
@@ -147,6 +147,8 @@ def test_every_bad_line_gets_one_answer_and_the_pool_survives(pool):
     ({"code": "1", "profile": "nope"}, "profile"),
     ({"code": "1", "allow_write": [sys.prefix]}, "runtime"),
     ({"code": "1", "session": "s"}, "session"),
+    ({"code": "1", "timeout": None}, "null"),
+    ({"code": "1", "name": None}, "null"),
 ])
 def test_invalid_requests_are_request_errors_carrying_the_id(pool, request_body, needle):
     result = pool.run(id="bad", **request_body)

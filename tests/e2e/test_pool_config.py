@@ -121,3 +121,9 @@ def test_write_grants_over_the_runtime_are_refused(tree):
     config = write_config(tree / "conf", f"[profiles.bad]\nallow_write = [{sys.prefix!r}]\n")
     proc = run_pool(config, tree)
     assert proc.returncode == 2 and b"runtime" in proc.stderr
+
+
+def test_reading_beneath_a_write_limit_is_within_the_ceiling(limited, tree):
+    (tree / "work" / "note.txt").write_text("n")
+    result = limited.run("print(open('work/note.txt').read())", allow_read=["work"])
+    assert result["exit"] == 0 and result["stdout"] == "n\n", result
