@@ -265,7 +265,10 @@ def _fail(message, code):
     return code
 
 
-SCRUBBED_MARK = "PYNOX_LAUNCHER_SCRUBBED"
+# The launcher's whole environment after it re-executes itself.  Whether it
+# did is known from how it was started (the bootstrap below), never from a
+# variable a caller could set.
+LAUNCHER_ENV = {**BASE_ENV, **THREAD_ENV}
 
 
 def _reexec_scrubbed(argv):
@@ -279,12 +282,11 @@ def _reexec_scrubbed(argv):
     """
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     bootstrap = (f"import sys; sys.path.insert(0, {package_root!r}); "
-                 "from pynox.cli import main; sys.exit(main())")
-    env = {**BASE_ENV, **THREAD_ENV, SCRUBBED_MARK: "1"}
-    os.execve(sys.executable, [sys.executable, "-I", "-c", bootstrap, *argv], env)
+                 "from pynox.cli import main; sys.exit(main(scrubbed=True))")
+    os.execve(sys.executable, [sys.executable, "-I", "-c", bootstrap, *argv], LAUNCHER_ENV)
 
 
-def run_command(argv) -> int:
+def run_command(argv, scrubbed=False) -> int:
     from pynox import single_run
 
     try:
@@ -299,7 +301,7 @@ def run_command(argv) -> int:
         return 0
     if "no_sandbox" in options:
         os.execv(sys.executable, [sys.executable, *options["no_sandbox"]])
-    if os.environ.get(SCRUBBED_MARK) != "1":
+    if not scrubbed:
         _reexec_scrubbed(argv)
     cwd = os.getcwd()
     try:
@@ -334,7 +336,8 @@ def run_command(argv) -> int:
     return code
 
 
-def main(argv=None) -> int:
+def main(argv=None, scrubbed=False) -> int:
+    """``scrubbed`` is passed only by the launcher's own re-execution bootstrap."""
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["doctor"]:
         from pynox.doctor import main as doctor_main
@@ -344,7 +347,7 @@ def main(argv=None) -> int:
         from pynox.supervisor.main import main as pool_main
 
         return pool_main(argv[1:])
-    return run_command(argv)
+    return run_command(argv, scrubbed)
 
 
 if __name__ == "__main__":

@@ -61,16 +61,17 @@ def _probe_confinement(abi):
     except OSError as exc:
         return [{"step": "seccomp-compile", "ok": False, "error": f"libseccomp: {exc}"}]
     read_end, write_end = os.pipe()
+    prep = confine.Preparation(keep_fds=(write_end,), parent_pid=os.getpid(), new_session=True)
     plan = confine.Plan(
         ruleset=policy.ruleset(max(abi, 1)), seccomp_program=program,
         rlimits=limits.rlimits_for(memory_bytes=policy.memory_bytes, max_file_size=policy.max_file_size,
                                    timeout_ms=policy.timeout_ms),
-        environ=policy.environ(), keep_fds=(write_end,), parent_pid=os.getpid(), new_session=True)
+        environ=policy.environ())
     pid = os.fork()
     if pid == 0:
         try:
             os.close(read_end)
-            for name, step in confine.steps(plan):
+            for name, step in confine.early_steps(prep) + confine.job_steps(plan):
                 try:
                     step()
                     line = {"step": name, "ok": True}

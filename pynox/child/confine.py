@@ -1,8 +1,9 @@
 """The confinement, as one linear checklist a freshly forked child runs.
 
 The child does not care how it was made (the single-run launcher and a pool
-template both fork it); it receives a :class:`Plan` prepared by its trusted
-parent and applies it step by step.  Each step either completes or raises
+template both fork it).  It applies the request-independent half of the
+checklist (:class:`Preparation`) as soon as it exists and the job's half
+(:class:`Plan`) once its job arrives, step by step.  Each step either completes or raises
 :class:`~pynox.errors.SandboxSetupError` naming itself, and nothing runs
 after a failed step: the caller reports the error and exits.  Seccomp comes
 last because it forbids calls the earlier steps make.
@@ -17,16 +18,22 @@ from pynox.errors import SandboxSetupError
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Preparation:
+    """The request-independent part, applied while the child waits for its job."""
+
+    keep_fds: tuple  # descriptors besides 0, 1, 2 that survive
+    parent_pid: int
+    new_session: bool  # pool children leave the terminal's process group
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Plan:
-    """Everything one child needs to confine itself, prepared before fork."""
+    """The part that depends on the job, applied once its data has arrived."""
 
     ruleset: landlock.Ruleset
     seccomp_program: bytes
     rlimits: dict
     environ: dict
-    keep_fds: tuple  # descriptors besides 0, 1, 2 that survive
-    parent_pid: int
-    new_session: bool  # pool children leave the terminal's process group
 
 
 def _close_inherited(keep):
@@ -39,8 +46,8 @@ def _close_inherited(keep):
     os.closerange(low, 1 << 20)
 
 
-def _session(plan):
-    if plan.new_session:
+def _session(prep):
+    if prep.new_session:
         os.setsid()
 
 
@@ -49,27 +56,47 @@ def _environment(plan):
     os.environ.update(plan.environ)
 
 
-def steps(plan):
+def early_steps(prep: Preparation):
+    """Steps that need nothing from the job: done before it arrives, off its critical path.
+
+    Capabilities go here, before Landlock opens the grant paths, so those
+    paths are opened with no more privilege than the task will have.
+    """
     return (
-        ("parent-death-signal", lambda: privileges.set_parent_death_signal(signal.SIGKILL, plan.parent_pid)),
-        ("close-descriptors", lambda: _close_inherited(plan.keep_fds)),
-        ("process-group", lambda: _session(plan)),
+        ("parent-death-signal", lambda: privileges.set_parent_death_signal(signal.SIGKILL, prep.parent_pid)),
+        ("close-descriptors", lambda: _close_inherited(prep.keep_fds)),
+        ("process-group", lambda: _session(prep)),
+        ("no-new-privs", privileges.set_no_new_privs),
+        ("capabilities", privileges.drop_capabilities),
+    )
+
+
+def job_steps(plan: Plan):
+    """Steps shaped by the job; seccomp last, because it forbids calls the others make."""
+    return (
         ("rlimits", lambda: limits.apply(plan.rlimits)),
         ("environment", lambda: _environment(plan)),
-        ("no-new-privs", privileges.set_no_new_privs),
         ("landlock", lambda: landlock.restrict_self(plan.ruleset)),
-        ("capabilities", privileges.drop_capabilities),
         ("seccomp", lambda: seccomp.install(plan.seccomp_program)),
     )
 
 
-STEP_NAMES = tuple(name for name, _ in steps(None))
+STEP_NAMES = tuple(name for name, _ in early_steps(None) + job_steps(None))
 
 
-def apply(plan: Plan) -> None:
-    """Confine the calling (single-threaded, freshly forked) process."""
-    for name, step in steps(plan):
+def _run(steps) -> None:
+    for name, step in steps:
         try:
             step()
         except Exception as exc:  # every failure is fatal and named
             raise SandboxSetupError(name, f"{type(exc).__name__}: {exc}") from exc
+
+
+def prepare(prep: Preparation) -> None:
+    """The first half of the checklist, in a freshly forked single-threaded child."""
+    _run(early_steps(prep))
+
+
+def apply(plan: Plan) -> None:
+    """The second half; after it returns the child is fully confined."""
+    _run(job_steps(plan))

@@ -7,10 +7,13 @@ semantics, and a traceback without pynox's frames.  It returns the outcome
 as data (exit code and error dict) for the caller to report.
 """
 
+import atexit
+import ctypes
 import linecache
 import os
 import runpy
 import sys
+import threading
 import traceback
 import types
 from dataclasses import dataclass
@@ -18,6 +21,7 @@ from dataclasses import dataclass
 import pynox
 from pynox.child.hints import Grants, hint_for
 
+_libc = ctypes.CDLL(None)
 _INTERNAL_FILES = (os.path.dirname(pynox.__file__) + os.sep, runpy.__file__, "<frozen runpy>")
 
 
@@ -122,9 +126,27 @@ def _flush():
             pass
 
 
+def _finalize():
+    """What CPython does after ``__main__`` returns, in its order.
+
+    The child leaves through ``os._exit``, which skips interpreter shutdown:
+    so wait for the task's non-daemon threads, run its atexit handlers, flush
+    Python's streams and then C's stdio buffers, as ``Py_FinalizeEx`` and
+    ``exit()`` would.
+    """
+    try:
+        threading._shutdown()
+    except BaseException:  # an interrupted wait must not lose the output so far
+        pass
+    atexit._run_exitfuncs()
+    _flush()
+    _libc.fflush(None)
+
+
 def run_task(task: Task, grants: Grants) -> Outcome:
     """Run ``task`` here and now; print its traceback like Python would."""
     sys.dont_write_bytecode = True
+    atexit._clear()  # handlers of the trusted parent are not the task's
     try:
         _run(task)
     except SystemExit as exc:
@@ -139,5 +161,5 @@ def run_task(task: Task, grants: Grants) -> Outcome:
         outcome = Outcome(exit=130 if isinstance(exc, KeyboardInterrupt) else 1, error=error)
     else:
         outcome = Outcome(exit=0, error=None)
-    _flush()
+    _finalize()
     return outcome

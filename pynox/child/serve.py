@@ -107,21 +107,24 @@ def _prime_finder(directory: str) -> None:
         return
 
 
-def _plan(policy: Policy, ctx: Context, sock: socket.socket) -> confine.Plan:
+def plan_for(policy: Policy, ctx: Context) -> confine.Plan:
     return confine.Plan(
         ruleset=policy.ruleset(ctx.landlock_abi),
         seccomp_program=ctx.seccomp_programs[policy.network],
         rlimits=limits.rlimits_for(memory_bytes=policy.memory_bytes, max_file_size=policy.max_file_size,
                                    timeout_ms=policy.timeout_ms),
         environ=policy.environ(),
-        keep_fds=(sock.fileno(),),
-        parent_pid=ctx.parent_pid,
-        new_session=ctx.new_session,
     )
 
 
 def _serve(sock: socket.socket, ctx: Context) -> int:
     conn = Connection()
+    early_failure = None
+    try:
+        confine.prepare(confine.Preparation(keep_fds=(sock.fileno(),), parent_pid=ctx.parent_pid,
+                                            new_session=ctx.new_session))
+    except SandboxSetupError as exc:
+        early_failure = exc  # reported as the answer to the job, when it comes
     request = _await_run(sock, conn)
     policy = policy_from_wire(request.body["policy"])
     task = Task(**{k: tuple(v) if k == "args" else v for k, v in request.body["task"].items()})
@@ -129,7 +132,9 @@ def _serve(sock: socket.socket, ctx: Context) -> int:
     if task.kind == "module":
         _prime_finder(os.getcwd())
     try:
-        confine.apply(_plan(policy, ctx, sock))
+        if early_failure is not None:
+            raise early_failure
+        confine.apply(plan_for(policy, ctx))
     except SandboxSetupError as exc:
         sock.sendall(conn.send_reply(request, setup_error={"step": exc.step, "message": clean_text(exc.detail)}))
         return SETUP_FAILED

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,6 +82,11 @@ class Pynox:
                               cwd=str(cwd or self.cwd), env=scrubbed_env(env), timeout=timeout, **popen)
         return Run(args=[str(a) for a in args], returncode=proc.returncode, stdout=proc.stdout,
                    stderr=proc.stderr, seconds=time.monotonic() - start)
+
+    def run_many(self, argvs, workers=3, **kwargs) -> list:
+        """Run independent invocations concurrently (each its own pynox process); results in order."""
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(lambda args: self.run(*args, **kwargs), argvs))
 
     def json(self, *args, **kwargs) -> dict:
         """Run with ``--json`` and return the parsed result (checked for shape)."""
@@ -298,9 +304,9 @@ class Listener:
             conn.close()
             self.connections.append((peer, b"".join(chunks)))
 
-    def stop(self):
+    def stop(self, grace=0.15):
         """Stop after one more bounded wait, so a late connection is still seen."""
-        time.sleep(0.15)
+        time.sleep(grace)
         self._stop.set()
         self._thread.join(timeout=5)
         self.sock.close()
@@ -310,27 +316,46 @@ class Listener:
         return bool(self.connections or self.datagrams)
 
 
-@pytest.fixture
-def listen():
-    """Factory: ``listen(family, type, address)`` -> a started Listener; stopped at teardown."""
+def start_listener(family, type_, address) -> Listener:
+    sock = socket.socket(family, type_)
+    sock.bind(address)
+    if type_ == socket.SOCK_STREAM:
+        sock.listen(16)
+    return Listener(sock, "dgram" if type_ == socket.SOCK_DGRAM else "stream")
+
+
+def _listen_factory():
     started = []
 
     def start(family, type_, address):
-        sock = socket.socket(family, type_)
-        sock.bind(address)
-        if type_ == socket.SOCK_STREAM:
-            sock.listen(16)
-        listener = Listener(sock, "dgram" if type_ == socket.SOCK_DGRAM else "stream")
+        listener = start_listener(family, type_, address)
         started.append(listener)
         return listener
 
+    return start, started
+
+
+@pytest.fixture
+def listen():
+    """Factory: ``listen(family, type, address)`` -> a started Listener; stopped at teardown."""
+    start, started = _listen_factory()
     yield start
     for listener in started:
         if listener._thread.is_alive():
             listener.stop()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
+def module_listen():
+    """``listen`` for module-scoped fixtures."""
+    start, started = _listen_factory()
+    yield start
+    for listener in started:
+        if listener._thread.is_alive():
+            listener.stop()
+
+
+@pytest.fixture(scope="module")
 def short_dir(tmp_path_factory) -> Path:
     """A tmp directory with a short path, for unix socket addresses (108-byte limit)."""
     path = tmp_path_factory.mktemp("u")

@@ -37,15 +37,19 @@ def q(path) -> str:
 @pytest.fixture(scope="module")
 def reads(module_pynox, make_fs):
     d = make_fs("reads")
+    home = Path.home()
+    home_files = sorted(p for p in home.iterdir() if p.is_file() and not p.is_symlink()) if home.is_dir() else []
+    # A real file of the home directory (names that do not exist fail before any sandbox check).
+    home_file = home_files[0] if home_files else home
     probes = {
         "etc-passwd": "value = open('/etc/passwd').read()",
         "tmp-file-not-granted": f"value = open({q(d.outside_file)}).read()",
-        "home-dir-file": "value = open('/root/.bashrc').read()",
+        "home-dir-file": f"value = open({q(home_file)}).read()",
         "proc-self-root-escape": "value = open('/proc/self/root/etc/passwd').read()",
         "proc-self-root-tmp-escape": f"value = open('/proc/self/root' + {q(d.outside_file)}).read()",
         "proc-self-cwd-escape": "value = os.listdir('/proc/self/cwd')",
         "list-outside-dir": f"value = os.listdir({q(d.outside)})",
-        "list-home-dir": "value = os.listdir('/root')",
+        "list-home-dir": f"value = os.listdir({q(home)})",
         "list-root-dir": "value = os.listdir('/')",
         "list-tmp": "value = os.listdir('/tmp')",
         "list-cwd": "value = os.listdir('.')",
@@ -111,8 +115,12 @@ def writes(module_pynox, make_fs):
         "ro-overwrite-existing": (f"open({q(d.ro / 'overwrite.txt')}, 'w').write('pwned')", [d.ro / "overwrite.txt"]),
         "ro-rmdir": (f"os.rmdir({q(d.ro / 'emptydir')})", [d.ro / "emptydir"]),
         "ro-rmdir-grant-itself": (f"os.rmdir({q(d.ro)})", [d.ro]),
+        # Device nodes give raw hardware access (1,1 is /dev/mem; 8,0 the first disk): not even in a write grant.
+        "rw-mknod-char-device": (f"os.mknod({q(d.rw / 'mem')}, 0o666 | stat.S_IFCHR, os.makedev(1, 1))", [d.rw / "mem"]),
+        "rw-mknod-block-device": (f"os.mknod({q(d.rw / 'sda')}, 0o666 | stat.S_IFBLK, os.makedev(8, 0))",
+                                  [d.rw / "sda"]),
     }
-    return module_pynox.group(probes, prelude="import os", ro=[d.ro], rw=[d.rw]), d
+    return module_pynox.group(probes, prelude="import os, stat", ro=[d.ro], rw=[d.rw]), d
 
 
 @pytest.mark.parametrize("name", ["outside-create-file", "outside-overwrite", "outside-mkdir", "outside-os-open-creat"])
@@ -121,7 +129,8 @@ def test_write_outside_grants_is_denied(writes, name):
 
 
 @pytest.mark.parametrize("name", ["ro-create-file", "ro-mkdir", "ro-symlink", "ro-mkfifo", "ro-mknod-socket",
-                                  "ro-overwrite-existing", "ro-rmdir", "ro-rmdir-grant-itself"])
+                                  "ro-overwrite-existing", "ro-rmdir", "ro-rmdir-grant-itself",
+                                  "rw-mknod-char-device", "rw-mknod-block-device"])
 def test_write_beneath_read_only_grant_is_denied(writes, name):
     writes[0].assert_denied(name, types=("PermissionError", "OSError"))
 
@@ -394,6 +403,40 @@ def test_other_processes_proc_is_unreadable(proc_reads, name):
 def test_own_proc_status_is_readable(proc_reads, name):
     outcome = proc_reads.outcome(name)
     assert outcome["ok"] is True and "Name:" in outcome["value"], outcome
+
+
+# --- grants that overlap ------------------------------------------------------------------------
+
+def test_read_only_grant_inside_a_write_grant_stays_read_only(pynox, fs, snapshot):
+    """``--allow-read PATH`` promises read-only access beneath PATH.  Landlock adds
+    rights up the tree, so beneath a write grant it cannot take them away: pynox
+    must then refuse the combination (exit 2) rather than silently allow writes."""
+    ref = fs.rw / "reference"
+    ref.mkdir()
+    data = make_file(ref / "data.txt", "reference data\n")
+    before = snapshot(data)
+    run = pynox.run("--json", "--allow-write", fs.rw, "--allow-read", ref, "-c",
+                    f"open({q(data)}, 'w').write('changed')")
+    assert snapshot(data) == before, f"a file beneath --allow-read {ref} was changed: {run}"
+    if run.returncode != 2:
+        assert run.result["error"]["type"] == "PermissionError", run
+
+
+def test_single_file_grants(pynox, fs, snapshot, tree):
+    single = make_file(fs.outside / "single.txt", "just this file\n")
+    sibling = make_file(fs.outside / "sibling.txt", "not this one\n")
+    result = pynox.task(f"print(open({q(single)}).read(), end='')\nopen({q(sibling)}).read()", ro=[single])
+    assert result["stdout"] == "just this file\n", result
+    assert result["error"]["type"] == "PermissionError", result
+    before_sibling, before_tree = snapshot(sibling), tree(fs.outside)
+    code = (f"import os\nopen({q(single)}, 'a').write('appended\\n')\nfailed = []\n"
+            f"for f in (lambda: os.unlink({q(single)}), lambda: os.rename({q(single)}, {q(fs.outside / 'moved')}),\n"
+            f"          lambda: open({q(fs.outside / 'new.txt')}, 'w'), lambda: open({q(sibling)}, 'a')):\n"
+            "    try:\n        f()\n    except OSError:\n        failed.append(1)\nprint(len(failed))")
+    result = pynox.task(code, rw=[single])
+    assert result["stdout"] == "4\n", result
+    assert single.read_text() == "just this file\nappended\n"
+    assert snapshot(sibling) == before_sibling and tree(fs.outside) == before_tree
 
 
 # --- positive control: the write grant does work -----------------------------------------------

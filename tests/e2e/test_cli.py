@@ -13,24 +13,73 @@ import time
 import pytest
 
 
-
 def pynox_lines(stderr):
     return [line for line in stderr.splitlines() if line.startswith("pynox: ")]
 
 
 # --- exit codes and stderr in passthrough mode -------------------------------------------------
 
-@pytest.mark.parametrize("code, expected", [
-    ("import sys; sys.exit(3)", 3),
-    ("import sys; sys.exit(0)", 0),
-    ("import sys; sys.exit()", 0),
-    ("import sys; sys.exit(256 + 5)", 5),
-    ("pass", 0),
-    ("import os; os._exit(42)", 42),
-])
-def test_exit_status_is_the_tasks(pynox, code, expected):
-    run = pynox.run("-c", code)
-    assert run.returncode == expected, run
+EXIT_CASES = {"sys.exit(3)": ("import sys; sys.exit(3)", 3), "sys.exit()": ("import sys; sys.exit()", 0),
+              "os._exit(42)": ("import os; os._exit(42)", 42), "sys.exit(261)": ("import sys; sys.exit(256 + 5)", 5)}
+UNSUPPORTED = {"-O": ["-O", "-c", "pass"], "-OO": ["-OO", "-c", "pass"], "-W": ["-W", "error", "-c", "pass"],
+               "-X": ["-X", "dev", "-c", "pass"], "-b": ["-b", "-c", "pass"]}
+UNKNOWN = {"--frobnicate": ["--frobnicate", "-c", "pass"], "--allow-network=yes": ["--allow-network=yes", "-c", "pass"],
+           "--json=1": ["--json=1", "-c", "pass"]}
+FLAGS = {"separate": ["-I", "-E", "-s", "-S", "-u", "-B", "-c", "print('ran')"],
+         "combined": ["-IEsSuB", "-c", "print('ran')"], "combined-with-c": ["-Ic", "print('ran')"]}
+MISSING = {"absolute-script": (["/definitely/missing/script.py"], 2), "relative-script": (["missing_relative.py"], 2),
+           "module": (["-m", "no_such_module_pynox_e2e"], 1), "nothing": ([], 2)}
+INVALID = {
+    "allow-read-missing": ["--allow-read", "/nonexistent/pynox-e2e"],
+    "allow-write-missing": ["--allow-write", "/nonexistent/pynox-e2e"],
+    "package-dir-missing": ["--package-dir", "/nonexistent/pynox-e2e"],
+    "timeout-word": ["--timeout", "soon"],
+    "timeout-zero": ["--timeout", "0s"],
+    "memory-word": ["--memory", "lots"],
+    "max-output-negative": ["--max-output", "-1"],
+    "max-file-size-unit": ["--max-file-size", "1x"],
+    "env-no-equals": ["--env", "NOEQUALS"],
+    "env-bad-key": ["--env", "BAD KEY=1"],
+    "write-grant-over-runtime": ["--allow-write", os.path.dirname(sys.executable)],
+    "write-grant-over-root": ["--allow-write", "/"],
+    "no-sandbox-not-first": ["--json", "--no-sandbox"],
+}
+BAD_CONFIGS = {"list-not-a-list": '[permissions]\nallow_read = "not-a-list"\n', "toml-syntax": "[permissions\n",
+               "wrong-type": '[permissions]\nallow_network = "yes"\n', "not-a-table": "permissions = 3\n",
+               "unknown-key": '[permissions]\nallow_read = []\nallow_everything = true\n'}
+
+
+@pytest.fixture(scope="module")
+def cases(module_pynox, tmp_path_factory):
+    """Every simple invocation of this module, run concurrently once (each its own pynox process)."""
+    configs = tmp_path_factory.mktemp("configs")
+    argvs = {}
+    for name, (code, _) in EXIT_CASES.items():
+        argvs[f"exit:{name}"] = ["-c", code]
+    for table, prefix in ((UNSUPPORTED, "unsupported"), (UNKNOWN, "unknown"), (FLAGS, "flags")):
+        for name, args in table.items():
+            argvs[f"{prefix}:{name}"] = args
+    for name, (args, _) in MISSING.items():
+        argvs[f"missing:{name}"] = args
+    for name, args in INVALID.items():
+        argvs[f"invalid:{name}"] = [*args, "-c", "print('ran')"]
+    argvs["invalid:value-missing"] = ["--timeout"]
+    (configs / "pkgs" / "sub").mkdir(parents=True)
+    argvs["invalid:write-grant-over-package-dir"] = ["--allow-write", configs / "pkgs", "--package-dir",
+                                                     configs / "pkgs" / "sub", "-c", "print('ran')"]
+    argvs["missing-config"] = ["--config", configs / "nope.toml", "-c", "print('ran')"]
+    for name, text in BAD_CONFIGS.items():
+        path = configs / f"{name}.toml"
+        path.write_text(text)
+        argvs[f"config:{name}"] = ["--config", path, "-c", "print('ran')"]
+    runs = module_pynox.run_many(list(argvs.values()))
+    return dict(zip(argvs, runs))
+
+
+@pytest.mark.parametrize("name", list(EXIT_CASES))
+def test_exit_status_is_the_tasks(cases, name):
+    run = cases[f"exit:{name}"]
+    assert run.returncode == EXIT_CASES[name][1], run
     assert run.stderr == "", run
 
 
@@ -145,94 +194,57 @@ def test_launcher_sigterm_stops_the_task(pynox, fs):
 
 # --- options -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("args", [["-O", "-c", "pass"], ["-OO", "-c", "pass"], ["-W", "error", "-c", "pass"],
-                                  ["-X", "dev", "-c", "pass"], ["-b", "-c", "pass"]])
-def test_unsupported_interpreter_option_points_to_no_sandbox(pynox, args):
-    run = pynox.run(*args)
+@pytest.mark.parametrize("name", list(UNSUPPORTED))
+def test_unsupported_interpreter_option_points_to_no_sandbox(cases, name):
+    run = cases[f"unsupported:{name}"]
     assert run.returncode == 2, run
     assert run.stderr.startswith("pynox: ") and "--no-sandbox" in run.stderr, run
     assert run.stdout == ""
 
 
-@pytest.mark.parametrize("args", [["--frobnicate", "-c", "pass"], ["--allow-network=yes", "-c", "pass"],
-                                  ["--json=1", "-c", "pass"]])
-def test_unknown_long_option(pynox, args):
-    run = pynox.run(*args)
+@pytest.mark.parametrize("name", list(UNKNOWN))
+def test_unknown_long_option(cases, name):
+    run = cases[f"unknown:{name}"]
     assert run.returncode == 2, run
-    assert run.stderr.startswith("pynox: ") and args[0].split("=")[0] in run.stderr, run
+    assert run.stderr.startswith("pynox: ") and name.split("=")[0] in run.stderr, run
+    assert run.stdout == ""
 
 
-@pytest.mark.parametrize("flags", [["-I"], ["-E"], ["-s"], ["-S"], ["-u"], ["-B"], ["-I", "-E", "-s", "-S", "-u", "-B"],
-                                   ["-IEsSuB"]])
-def test_isolation_flags_are_accepted(pynox, flags):
-    run = pynox.run(*flags, "-c", "print('ran')")
+@pytest.mark.parametrize("name", list(FLAGS))
+def test_isolation_flags_are_accepted(cases, name):
+    run = cases[f"flags:{name}"]
     assert run.returncode == 0, run
     assert run.stdout == "ran\n"
 
 
-def test_combined_flag_and_c(pynox):
-    run = pynox.run("-Ic", "print('combined')")
-    assert run.returncode == 0, run
-    assert run.stdout == "combined\n"
-
-
 def test_no_sandbox_runs_unconfined(pynox):
-    run = pynox.run("--no-sandbox", "-c", "import os; print(open('/etc/hostname').read().strip() == os.uname().nodename)")
+    run = pynox.run("--no-sandbox", "-c", "import os; print(open('/etc/passwd').read().startswith('root:'), "
+                    "os.path.isdir('/proc/1'))")
     assert run.returncode == 0, run
-    assert run.stdout == "True\n"
+    assert run.stdout == "True True\n"
+    if os.path.exists("/etc/hostname"):
+        run = pynox.run("--no-sandbox", "-c", "print(open('/etc/hostname').read(), end='')")
+        assert run.returncode == 0 and run.stdout == open("/etc/hostname").read(), run
 
 
-def test_no_sandbox_must_come_first(pynox):
-    run = pynox.run("--json", "--no-sandbox", "-c", "pass")
-    assert run.returncode == 2, run
-    assert "--no-sandbox" in run.stderr
-
-
-@pytest.mark.parametrize("args, code", [
-    (["/definitely/missing/script.py"], 2),
-    (["missing_relative.py"], 2),
-    (["-m", "no_such_module_pynox_e2e"], 1),
-])
-def test_missing_program(pynox, args, code):
-    run = pynox.run(*args)
-    assert run.returncode == code, run
+@pytest.mark.parametrize("name", list(MISSING))
+def test_missing_program(cases, name):
+    run = cases[f"missing:{name}"]
+    assert run.returncode == MISSING[name][1], run
     assert run.stderr.startswith("pynox: "), run
-
-
-@pytest.mark.parametrize("args", [
-    ["--allow-read", "/nonexistent/pynox-e2e"],
-    ["--allow-write", "/nonexistent/pynox-e2e"],
-    ["--package-dir", "/nonexistent/pynox-e2e"],
-    ["--timeout", "soon"],
-    ["--timeout", "0s"],
-    ["--memory", "lots"],
-    ["--max-output", "-1"],
-    ["--max-file-size", "1x"],
-    ["--env", "NOEQUALS"],
-    ["--env", "BAD KEY=1"],
-    ["--timeout"],
-])
-def test_invalid_option_values_exit_2(pynox, args):
-    run = pynox.run(*args, "-c", "print('ran')") if args != ["--timeout"] else pynox.run(*args)
-    assert run.returncode == 2, run
     assert run.stdout == ""
+
+
+@pytest.mark.parametrize("name", [*INVALID, "value-missing", "write-grant-over-package-dir"])
+def test_invalid_options_exit_2_before_running(cases, name):
+    run = cases[f"invalid:{name}"]
+    assert run.returncode == 2, run
+    assert run.stdout == "", run  # the task never ran
     assert run.stderr.startswith("pynox: "), run
-
-
-def test_nothing_to_run_exits_2(pynox):
-    run = pynox.run()
-    assert run.returncode == 2, run
-
-
-def test_write_grant_over_the_runtime_is_refused(pynox):
-    run = pynox.run("--allow-write", os.path.dirname(sys.executable), "-c", "pass")
-    assert run.returncode == 2, run
-    assert "runtime" in run.stderr
-
-
-def test_write_grant_over_root_is_refused(pynox):
-    run = pynox.run("--allow-write", "/", "-c", "pass")
-    assert run.returncode == 2, run
+    if name in ("write-grant-over-runtime", "write-grant-over-package-dir"):
+        assert "overlaps" in run.stderr, run
+    if name == "no-sandbox-not-first":
+        assert "--no-sandbox" in run.stderr
 
 
 def test_help_and_version(pynox):
@@ -273,28 +285,25 @@ def test_config_and_command_line_combine(pynox, fs, tmp_path):
     assert result["policy"]["memory_bytes"] == 400 << 20  # the command line wins
 
 
-def test_config_unknown_key_exits_2_naming_it(pynox, tmp_path):
-    config = tmp_path / "pynox.toml"
-    config.write_text('[permissions]\nallow_read = []\nallow_everything = true\n')
-    run = pynox.run("--config", config, "-c", "print('ran')")
+def test_config_unknown_key_exits_2_naming_it(cases):
+    run = cases["config:unknown-key"]
     assert run.returncode == 2, run
     assert "allow_everything" in run.stderr and run.stderr.startswith("pynox: "), run
     assert run.stdout == ""
 
 
-@pytest.mark.parametrize("text", ['[permissions]\nallow_read = "not-a-list"\n', "[permissions\n",
-                                  '[permissions]\nallow_network = "yes"\n', "permissions = 3\n"])
-def test_config_malformed_exits_2(pynox, tmp_path, text):
-    config = tmp_path / "pynox.toml"
-    config.write_text(text)
-    run = pynox.run("--config", config, "-c", "print('ran')")
+@pytest.mark.parametrize("name", [n for n in BAD_CONFIGS if n != "unknown-key"])
+def test_config_malformed_exits_2(cases, name):
+    run = cases[f"config:{name}"]
     assert run.returncode == 2, run
     assert run.stdout == ""
+    assert run.stderr.startswith("pynox: "), run
 
 
-def test_config_missing_file_exits_2(pynox, tmp_path):
-    run = pynox.run("--config", tmp_path / "nope.toml", "-c", "pass")
+def test_config_missing_file_exits_2(cases):
+    run = cases["missing-config"]
     assert run.returncode == 2, run
+    assert run.stdout == ""
 
 
 # --- --json shape ------------------------------------------------------------------------------

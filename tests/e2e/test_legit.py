@@ -260,3 +260,39 @@ def test_dev_null_and_urandom_are_usable(pynox):
     result = pynox.json("-c", code)
     assert result["exit"] == 0, result
     assert result["stdout"] == "16 b'\\x00\\x00\\x00\\x00'\n"
+
+
+# --- interpreter shutdown, as CPython does it ----------------------------------------------------
+# A task's program ends the way `python -c CODE` would end it: CPython joins
+# non-daemon threads, runs atexit handlers and flushes C stdio at exit.  Each
+# case below is checked against the same code run by plain CPython first.
+
+SHUTDOWN = {
+    "atexit-handler": ("import atexit\natexit.register(print, 'atexit ran')\nprint('main done')",
+                       "main done\natexit ran\n"),
+    "non-daemon-thread": ("import threading, time\n"
+                          "def late():\n    time.sleep(0.2)\n    print('thread finished')\n"
+                          "threading.Thread(target=late).start()\nprint('main done')",
+                          "main done\nthread finished\n"),
+    "executor-without-with": ("import time\nfrom concurrent.futures import ThreadPoolExecutor\n"
+                              "pool = ThreadPoolExecutor(2)\n"
+                              "pool.submit(lambda: (time.sleep(0.2), print('job finished', flush=True)))\n"
+                              "print('main done', flush=True)",
+                              "main done\njob finished\n"),
+    "c-stdio-output": ("import ctypes\nctypes.CDLL(None).puts(b'from C stdio')\n", "from C stdio\n"),
+}
+
+
+@pytest.mark.parametrize("name, mode", [(name, "json") for name in SHUTDOWN] + [("c-stdio-output", "passthrough")])
+def test_shutdown_behaves_like_cpython(pynox, name, mode):
+    code, expected = SHUTDOWN[name]
+    plain = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=20)
+    assert plain.stdout == expected, f"the control itself differs: {plain}"
+    if mode == "json":
+        result = pynox.json("-c", code)
+        assert result["exit"] == 0, result
+        assert result["stdout"] == expected, f"pynox lost output CPython prints: {result['stdout']!r}"
+    else:
+        run = pynox.run("-c", code)
+        assert run.returncode == 0, run
+        assert run.stdout == expected, f"pynox lost output CPython prints: {run.stdout!r}"

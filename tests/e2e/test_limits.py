@@ -24,11 +24,18 @@ MEMORY_FLOODS = {
 }
 
 
+@pytest.fixture(scope="module")
+def floods(module_pynox):
+    """Every flood at once, each in its own pynox process (they are independent)."""
+    argvs = [["--json", "--memory", "256m", "--timeout", "10s", "-c", code] for code in MEMORY_FLOODS.values()]
+    return dict(zip(MEMORY_FLOODS, module_pynox.run_many(argvs, workers=len(argvs))))
+
+
 @pytest.mark.parametrize("name", list(MEMORY_FLOODS))
-def test_memory_flood_ends_in_memory_error(pynox, fs, name):
-    start = time.monotonic()
-    result = pynox.task(MEMORY_FLOODS[name], extra=["--memory", "256m", "--timeout", "10s"])
-    assert time.monotonic() - start < 10
+def test_memory_flood_ends_in_memory_error(floods, name):
+    run = floods[name]
+    result = run.result
+    assert run.seconds < 10, run
     assert result["exit"] == 1, result
     assert result["error"]["type"] == "MemoryError", result
     hint = result["error"]["hint"] or ""
@@ -96,9 +103,9 @@ def test_output_flood_is_truncated_and_bounded(pynox, fs, tmp_path):
 
 
 def test_stderr_flood_is_truncated(pynox, fs):
-    result = pynox.json("--max-output", "5000", "--timeout", "1s", "-c",
-                        "import sys\nwhile True: sys.stderr.write('e' * 999 + '\\n')")
-    assert result["exit"] == 124, result
+    result = pynox.json("--max-output", "5000", "-c",
+                        "import sys\nfor _ in range(2000): sys.stderr.write('e' * 999 + '\\n')")
+    assert result["exit"] == 0, result
     assert len(result["stderr"].encode()) <= 5000
     assert result["stderr_truncated"] is True
     assert result["stdout_truncated"] is False
@@ -153,38 +160,39 @@ def test_forged_report_on_the_wire_does_not_change_the_outcome(pynox, fs):
 # --- wall-clock timeout ------------------------------------------------------------------------
 
 TIMEOUTS = {
-    "busy-loop": "while True:\n    pass",
+    "busy-loop": "print('before', flush=True)\nwhile True:\n    pass",
     "sleep-ignoring-SIGTERM": "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(100)",
     "blocked-on-stdin": "import sys\nsys.stdin.read()",
-    "threads-spinning": ("import threading\nfor _ in range(4):\n"
-                         "    threading.Thread(target=lambda: [0 for _ in iter(int, 1)], daemon=True).start()\n"
-                         "threading.Event().wait()"),
-    "signals-blocked": ("import signal, time\nsignal.pthread_sigmask(signal.SIG_BLOCK, set(signal.Signals))\n"
-                        "time.sleep(100)"),
+    "threads-spinning-with-signals-blocked": (
+        "import signal, threading\nsignal.pthread_sigmask(signal.SIG_BLOCK, set(signal.Signals))\n"
+        "for _ in range(4):\n    threading.Thread(target=lambda: [0 for _ in iter(int, 1)], daemon=True).start()\n"
+        "threading.Event().wait()"),
 }
 
 
-@pytest.mark.parametrize("name", list(TIMEOUTS))
-def test_timeout_kills_within_bounds(pynox, fs, name):
-    read_end, write_end = os.pipe()  # stdin that never reaches EOF while the task runs
+@pytest.fixture(scope="module")
+def timeouts(module_pynox):
+    """Every scenario at once, each in its own pynox process; the timeout is wall-clock, per task."""
+    read_end, write_end = os.pipe()  # stdin that never reaches EOF while the tasks run
     try:
-        start = time.monotonic()
-        run = pynox.run("--json", "--timeout", "1s", "-c", TIMEOUTS[name], stdin=read_end, timeout=15)
-        elapsed = time.monotonic() - start
+        argvs = [["--json", "--timeout", "1s", "-c", code] for code in TIMEOUTS.values()]
+        runs = module_pynox.run_many(argvs, workers=len(argvs), stdin=read_end, timeout=15)
     finally:
         os.close(read_end)
         os.close(write_end)
+    return dict(zip(TIMEOUTS, runs))
+
+
+@pytest.mark.parametrize("name", list(TIMEOUTS))
+def test_timeout_kills_within_bounds(timeouts, name):
+    run = timeouts[name]
     result = run.result
-    assert elapsed < 3.5, f"{name} took {elapsed:.1f}s"
+    assert run.seconds < 3.5, f"{name} took {run.seconds:.1f}s"
     assert result["exit"] == 124, result
     assert result["error"]["type"] == "TimeoutError", result
     assert 1000 <= result["duration_ms"] < 3000, result
-
-
-def test_timeout_keeps_output_printed_before_it(pynox, fs):
-    result = pynox.json("--timeout", "500ms", "-c", "import time\nprint('before', flush=True)\ntime.sleep(60)")
-    assert result["exit"] == 124
-    assert result["stdout"] == "before\n"
+    if name == "busy-loop":
+        assert result["stdout"] == "before\n", result  # output from before the kill is kept
 
 
 # --- file size ---------------------------------------------------------------------------------
