@@ -106,7 +106,18 @@ class Policy:
     env: dict = field(default_factory=dict)
 
     def check(self) -> None:
-        """Refuse write grants that could alter the runtime later tasks trust."""
+        """Refuse grants Landlock cannot honour as written.
+
+        Write grants may not overlap the runtime later tasks trust; a read
+        grant may not lie strictly beneath a write grant, because Landlock adds
+        rights down the tree and cannot take write access away beneath it (the
+        same path granted both ways is simply writable).
+        """
+        for read in self.allow_read:
+            for write in self.allow_write:
+                if read != write and beneath(read, write):
+                    raise ValueError(f"read-only grant {read} lies beneath write grant {write}, "
+                                     f"where it could not stay read-only")
         for write in self.allow_write:
             for runtime in runtime_paths() + SYSTEM_RUNTIME + self.package_dirs:
                 if overlaps(write, runtime):

@@ -192,3 +192,11 @@ def test_resolve_path(tmp_path):
             resolve_path(bad, str(tmp_path))
     with pytest.raises(ValueError, match="no such file"):
         resolve_path("missing", str(tmp_path))
+
+
+def test_read_grant_beneath_a_write_grant_is_refused(tmp_path):
+    (tmp_path / "ref").mkdir()
+    with pytest.raises(ValueError, match="read-only"):
+        Policy(allow_read=(str(tmp_path / "ref"),), allow_write=(str(tmp_path),)).check()
+    Policy(allow_read=(str(tmp_path),), allow_write=(str(tmp_path),)).check()
+    Policy(allow_read=(str(tmp_path),), allow_write=(str(tmp_path / "ref"),)).check()
