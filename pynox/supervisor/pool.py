@@ -505,19 +505,28 @@ class Pool:
             return
         except OSError:
             data = b""
-        if job.reply is None:
-            job.conn.receive_data(data)
-            while job.reply is None:
-                event = job.conn.next_event()
-                if event is NEED_DATA or event is EOF:
-                    break
-                if isinstance(event, Reply) and event.id == job.run_id:
-                    job.reply = event.body
+        job.conn.receive_data(data)
+        while True:
+            event = job.conn.next_event()
+            if event is NEED_DATA or event is EOF:
+                break
+            if isinstance(event, Reply) and event.id == job.run_id and job.reply is None:
+                job.reply = event.body
+            elif isinstance(event, Request):
+                # Requests up (``host`` calls) get an answer, never silence:
+                # this job declared no host functions.
+                self._answer_child(job, event, f"no host function is available to this job (op {event.op!r})")
         if not data:
             self._unregister(job.sock)
             job.sock.close()
             job.sock = None
             self._maybe_finish(job)
+
+    def _answer_child(self, job: Job, request: Request, error: str):
+        try:
+            job.sock.send(job.conn.send_reply(request, error=error))
+        except OSError:
+            pass  # a child that does not read its answers only loses them
 
     def _on_child_exit(self, job: Job):
         self._unregister(job.pidfd)

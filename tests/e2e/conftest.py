@@ -368,11 +368,3 @@ def libc():
     lib = ctypes.CDLL(None, use_errno=True)
     lib.syscall.restype = ctypes.c_long
     return lib
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True

@@ -116,7 +116,8 @@ def writes(module_pynox, make_fs):
         "ro-rmdir": (f"os.rmdir({q(d.ro / 'emptydir')})", [d.ro / "emptydir"]),
         "ro-rmdir-grant-itself": (f"os.rmdir({q(d.ro)})", [d.ro]),
         # Device nodes give raw hardware access (1,1 is /dev/mem; 8,0 the first disk): not even in a write grant.
-        "rw-mknod-char-device": (f"os.mknod({q(d.rw / 'mem')}, 0o666 | stat.S_IFCHR, os.makedev(1, 1))", [d.rw / "mem"]),
+        "rw-mknod-char-device": (f"os.mknod({q(d.rw / 'mem')}, 0o666 | stat.S_IFCHR, os.makedev(1, 1))",
+                                 [d.rw / "mem"]),
         "rw-mknod-block-device": (f"os.mknod({q(d.rw / 'sda')}, 0o666 | stat.S_IFBLK, os.makedev(8, 0))",
                                   [d.rw / "sda"]),
     }
@@ -213,7 +214,8 @@ def hardlinks(module_pynox, make_fs):
         dst = d.rw / f"hl-{name}"
         code = (f"S, D = {q(src)}, {q(dst)}\n"
                 "try:\n    os.link(S, D)\n    linked = 'LINKED'\nexcept OSError as e:\n    linked = e.errno\n"
-                "try:\n    open(S, 'r+').write('pwned')\n    wrote = 'WROTE'\nexcept OSError as e:\n    wrote = e.errno\n"
+                "try:\n    open(S, 'r+').write('pwned')\n    wrote = 'WROTE'\n"
+                "except OSError as e:\n    wrote = e.errno\n"
                 "try:\n    open(D, 'r+').write('pwned')\n    via = 'WROTE'\nexcept OSError as e:\n    via = e.errno\n"
                 "value = [linked, wrote, via]")
         probes[name] = (code, [src, dst])

@@ -34,7 +34,8 @@ NO_IPV6 = pytest.mark.skipif(not HAVE_IPV6, reason="no IPv6 loopback here")
 PAYLOAD = b"exfiltrated"
 
 # kind: (family, type, how the task reaches it)
-CONNECT = "s = socket.socket({family}, {type})\ns.settimeout(2)\ns.connect({address!r})\ns.sendall({payload!r})\ns.close()"
+CONNECT = ("s = socket.socket({family}, {type})\ns.settimeout(2)\ns.connect({address!r})\n"
+           "s.sendall({payload!r})\ns.close()")
 SENDTO = "s = socket.socket({family}, {type})\nfor _ in range(5):\n    s.sendto({payload!r}, {address!r})"
 CREATE_CONNECTION = "socket.create_connection({address!r}, timeout=2).sendall({payload!r})"
 KINDS = {

@@ -36,24 +36,26 @@ PRELUDE = textwrap.dedent("""\
 
 # --- new processes -----------------------------------------------------------------------------
 
+LIBC = "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
 SPAWNERS = {
     "subprocess.run": "import subprocess\nsubprocess.run([sys.executable, '-c', CHILD])",
-    "subprocess.Popen-shell": "import subprocess\nsubprocess.Popen(f'{sys.executable} -c \"{CHILD}\"', shell=True).wait()",
+    "subprocess.Popen-shell": ("import subprocess\n"
+                               "subprocess.Popen(f'{sys.executable} -c \"{CHILD}\"', shell=True).wait()"),
     "os.system": ("rc = os.system(f'{sys.executable} -c \"{CHILD}\"')\n"
                   "if rc:\n    raise PermissionError(f'os.system returned {rc}')"),
     "os.popen": ("status = os.popen(f'{sys.executable} -c \"{CHILD}\"').close()\n"
                  "if status:\n    raise PermissionError(f'os.popen status {status}')"),
     "os.fork": "pid = os.fork()\nif pid == 0:\n    exec(CHILD)\n    os._exit(0)\nos.waitpid(pid, 0)",
     "os.posix_spawn": "pid = os.posix_spawn(sys.executable, [sys.executable, '-c', CHILD], {})\nos.waitpid(pid, 0)",
-    "os.posix_spawnp": "pid = os.posix_spawnp('python3', ['python3', '-c', CHILD], {'PATH': os.path.dirname(sys.executable)})\n"
-                       "os.waitpid(pid, 0)",
+    "os.posix_spawnp": ("pid = os.posix_spawnp('python3', ['python3', '-c', CHILD],\n"
+                        "                      {'PATH': os.path.dirname(sys.executable)})\nos.waitpid(pid, 0)"),
     "multiprocessing": ("import multiprocessing as mp\n"
                         "p = mp.get_context('fork').Process(target=exec, args=(CHILD,))\np.start(); p.join()"),
     "pty.fork": "import pty\npid, fd = pty.fork()\nif pid == 0:\n    exec(CHILD)\n    os._exit(0)\nos.waitpid(pid, 0)",
-    "raw-clone-syscall": ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
+    "raw-clone-syscall": (LIBC +
                           "r = libc.syscall(56, 0x11, 0, 0, 0, 0)\nif r == 0:\n    exec(CHILD)\n    os._exit(0)\n"
                           "raise PermissionError(ctypes.get_errno(), f'clone returned {r}')"),
-    "raw-vfork-syscall": ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
+    "raw-vfork-syscall": (LIBC +
                           "r = libc.syscall(58)\nif r == 0:\n    os._exit(0)\n"
                           "raise PermissionError(ctypes.get_errno(), f'vfork returned {r}')"),
     # last, because a successful exec would end the batch
@@ -121,7 +123,8 @@ SYSCALLS = {
     "pidfd_getfd-launcher": ("pidfd = os.pidfd_open(os.getppid())\nvalue = sc(libc.syscall(438, pidfd, 1, 0))",
                              {errno.EPERM}),
     "kcmp-launcher": ("value = sc(libc.syscall(312, os.getpid(), os.getppid(), 0, 0, 0))", {errno.EPERM}),
-    "io_uring_setup": ("params = ctypes.create_string_buffer(120)\nvalue = sc(libc.syscall(425, 1, params))", {errno.EPERM}),
+    "io_uring_setup": ("params = ctypes.create_string_buffer(120)\nvalue = sc(libc.syscall(425, 1, params))",
+                       {errno.EPERM}),
     "bpf": ("attr = (ctypes.c_uint32 * 8)(2, 4, 4, 1)  # BPF_MAP_TYPE_ARRAY, 4-byte key/value, 1 entry\n"
             "value = sc(libc.syscall(321, 0, attr, ctypes.sizeof(attr)))", {errno.EPERM}),
     "userfaultfd": ("value = sc(libc.syscall(323, 0))", {errno.EPERM}),
@@ -251,7 +254,7 @@ def test_capabilities_cannot_be_regained(pynox, fs):
 # --- foreign syscall ABIs ----------------------------------------------------------------------
 
 def test_x32_syscall_kills_the_task(pynox, fs):
-    code = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
+    code = (LIBC +
             "print('x32 getpid returned', libc.syscall(0x40000000 | 39), flush=True)\n")
     result = pynox.task(code, **fs.grants)
     assert "returned" not in result["stdout"], result

@@ -315,3 +315,18 @@ def test_backpressure_never_loses_a_result(tmp_path):
 def test_pool_closed_when_unreadable_config(tmp_path):
     with pytest.raises(PoolClosed):
         Pool("--config", str(tmp_path / "missing.toml"), cwd=tmp_path)
+
+
+def test_a_request_up_from_the_child_is_answered_not_ignored(pool):
+    code = ("import os, socket, json, stat\n"
+            "def is_socket(fd):\n"
+            "    try: return stat.S_ISSOCK(os.fstat(fd).st_mode)\n"
+            "    except OSError: return False\n"
+            "fd = next(fd for fd in range(3, 64) if is_socket(fd))\n"
+            "s = socket.socket(fileno=fd)\n"
+            "s.sendall(b'{\"op\": \"host\", \"id\": 1, \"function\": \"search\"}\\n')\n"
+            "s.settimeout(5)\n"
+            "print(json.loads(s.recv(65536).decode()))\n")
+    result = pool.run(code)
+    assert result["exit"] == 0, result
+    assert "'error': 'no host function" in result["stdout"] and "'id': 1" in result["stdout"]
