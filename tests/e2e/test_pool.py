@@ -329,4 +329,4 @@ def test_a_request_up_from_the_child_is_answered_not_ignored(pool):
             "print(json.loads(s.recv(65536).decode()))\n")
     result = pool.run(code)
     assert result["exit"] == 0, result
-    assert "'error': 'no host function" in result["stdout"] and "'id': 1" in result["stdout"]
+    assert "no host function is available" in result["stdout"] and "'id': 1" in result["stdout"]
