@@ -103,6 +103,7 @@ class Pool:
         self.stop_signal = None
         self.abi = None
         self.preloaded = []
+        self.ready_sent = False  # no request is read before the ready event
 
     # -- start and stop -------------------------------------------------
 
@@ -123,6 +124,7 @@ class Pool:
             if self.stop_signal is not None:
                 raise PoolStartError(f"stopped by signal {self.stop_signal} while starting")
         self.preloaded = self.templates[0].preloaded
+        self.ready_sent = True
         self._emit({"event": "ready", "workers": self.config.workers, "runtime": "pynox",
                     "preloaded_modules": list(self.preloaded), "package_dirs": list(self.config.package_dirs),
                     "config": self.config.path, "profiles": sorted(self.config.profiles)})
@@ -147,17 +149,17 @@ class Pool:
     def shutdown(self) -> None:
         """Kill every child and template; nothing outlives the pool."""
         for job in list(self.in_flight.values()):
-            if job.pidfd is not None:
-                try:
-                    signal.pidfd_send_signal(job.pidfd, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            self._kill_child(job)
+        # The list holds only live templates: a broken one leaves it when replaced.
         for template in self.templates:
-            if template.state is not TemplateState.REPLACED and template.state is not TemplateState.STOPPED:
-                self._unregister(template.sock)
-                self._unregister(template.pidfd)
-                template.life.fire("stop")
-                template.kill() if self.stop_signal is not None else template.stop()
+            self._unregister(template.sock)
+            self._unregister(template.pidfd)
+            template.life.fire("stop")
+            if self.stop_signal is None:
+                template.stop()
+            else:
+                template.kill()
+        self.templates.clear()
         self._flush_blocking()
 
     # -- the loop -------------------------------------------------------
@@ -196,9 +198,8 @@ class Pool:
         self._enforce_deadlines()
 
     def _update_intake(self):
-        want = (self.stdin_open and len(self.queue) < 2 * self.config.workers
-                and len(self.pending_out) < OUTPUT_HIGH_WATER and self.stop_signal is None
-                and not any(t.state is TemplateState.STARTING for t in self.templates if not self.preloaded))
+        want = (self.ready_sent and self.stdin_open and len(self.queue) < 2 * self.config.workers
+                and len(self.pending_out) < OUTPUT_HIGH_WATER and self.stop_signal is None)
         if want and not self.stdin_registered:
             self.selector.register(self.stdin_fd, selectors.EVENT_READ, self._on_stdin)
         elif not want and self.stdin_registered:
@@ -476,9 +477,10 @@ class Pool:
         if job is not None:
             self._crash(job, f"the template running this job failed: {reason}")
         template.life.fire("replace")
+        self.templates.remove(template)
         if was_starting or boot:
             self.boot_failures += 1
-            if not self.preloaded or self.boot_failures >= MAX_BOOT_FAILURES:
+            if not self.ready_sent or self.boot_failures >= MAX_BOOT_FAILURES:
                 raise PoolStartError(f"template failed to start: {reason}")
         self._start_template(template.index)
 

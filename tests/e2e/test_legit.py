@@ -157,6 +157,39 @@ def test_script_imports_a_sibling_when_its_directory_is_granted(pynox, tmp_path)
     assert result["stdout"] == "from helper\n"
 
 
+def test_script_inside_its_write_grant(pynox, fs):
+    """The everyday agent loop: write a script into the workspace, run it there, let it write results."""
+    script = fs.rw / "job.py"
+    script.write_text(f"open({str(fs.rw / 'result.txt')!r}, 'w').write('42')\nprint('job ran')\n")
+    result = pynox.json("--allow-write", fs.rw, script)
+    assert result["exit"] == 0, result
+    assert result["stdout"] == "job ran\n"
+    assert (fs.rw / "result.txt").read_text() == "42"
+
+
+def test_module_in_a_writable_working_directory(pynox, fs):
+    (fs.rw / "workmod.py").write_text("import os\nopen('out.txt', 'w').write('from -m')\nprint(os.getcwd())\n")
+    result = pynox.json("--allow-write", ".", "-m", "workmod", cwd=fs.rw)
+    assert result["exit"] == 0, result
+    assert result["stdout"] == f"{fs.rw}\n"
+    assert (fs.rw / "out.txt").read_text() == "from -m"
+
+
+def test_write_grant_nested_in_a_read_grant(pynox, fs, snapshot):
+    outer = fs.outside  # granted read-only below, with a writable subdirectory
+    inner = outer / "scratch"
+    inner.mkdir()
+    before = snapshot(fs.outside_file)
+    code = (f"print(open({str(fs.outside_file)!r}).read(), end='')\n"
+            f"open({str(inner / 'made.txt')!r}, 'w').write('ok')\n"
+            f"open({str(fs.outside_file)!r}, 'a').write('pwned')\n")
+    result = pynox.json("--allow-read", outer, "--allow-write", inner, "-c", code)
+    assert result["stdout"] == "outside secret\n", result
+    assert (inner / "made.txt").read_text() == "ok"
+    assert result["error"]["type"] == "PermissionError", result
+    assert snapshot(fs.outside_file) == before
+
+
 def test_module_json_tool_on_a_granted_file(pynox, fs):
     (fs.ro / "in.json").write_text('{"b": 1, "a": [1, 2]}')
     result = pynox.json("--allow-read", fs.ro, "-m", "json.tool", "--sort-keys", fs.ro / "in.json")
