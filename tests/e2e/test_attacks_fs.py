@@ -11,11 +11,18 @@ outcome is reported on its own line, and each probe is still its own test
 with its own effect check.
 """
 
+import json
 import os
+import subprocess
+import sys
+import textwrap
+import time
 import uuid
 from pathlib import Path
 
 import pytest
+
+PYNOX = [sys.executable, "-m", "pynox"]
 
 OUTSIDE_SECRET = "outside secret"
 OLD_NS = 1_000_000_000_000_000_000  # a distinctive mtime, so any touch shows
@@ -90,6 +97,46 @@ def test_read_hint_names_the_grant(pynox, fs):
     assert result["error"]["type"] == "PermissionError", result
     hint = result["error"]["hint"]
     assert hint and "--allow-read" in hint and str(fs.outside) in hint, result
+
+
+def test_file_names_outside_grants_do_not_leak_through_inotify(pynox, fs):
+    """Listing an ungranted directory is denied; watching it must not reveal the
+    same names (here: a file the test creates there while the task watches)."""
+    ready = fs.rw / "ready"
+    code = textwrap.dedent(f"""\
+        import ctypes, json, os, select
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = libc.inotify_init1(0)
+        wd = libc.inotify_add_watch(fd, {q(fs.outside)}.encode(), 0xfff) if fd >= 0 else -1
+        err = ctypes.get_errno()
+        open({q(ready)}, 'w').close()
+        names = []
+        if wd >= 0 and select.select([fd], [], [], 3)[0]:
+            data, pos = os.read(fd, 65536), 0
+            while pos + 16 <= len(data):  # struct inotify_event: wd, mask, cookie, len, name[len]
+                size = int.from_bytes(data[pos + 12:pos + 16], 'little')
+                names.append(data[pos + 16:pos + 16 + size].rstrip(b'\\0').decode())
+                pos += 16 + size
+        print(json.dumps({{"fd": fd, "wd": wd, "errno": err, "events": names}}))
+        """)
+    secret_name = f"secret-name-{uuid.uuid4().hex}.txt"
+    proc = subprocess.Popen([*PYNOX, "--json", "--allow-write", str(fs.rw), "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=pynox.cwd)
+    try:
+        deadline = time.monotonic() + 10
+        while not ready.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.02)
+        (fs.outside / secret_name).write_text("x")
+        out, err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    result = json.loads(out)
+    assert result["exit"] == 0, result
+    report = json.loads(result["stdout"])
+    assert secret_name not in report["events"], f"inotify revealed a name in an ungranted directory: {report}"
+    assert report["wd"] == -1, f"the task could watch an ungranted directory: {report}"
 
 
 # --- writing outside the grants, and beneath a read-only grant --------------------------------

@@ -151,6 +151,15 @@ def test_timeout_exits_124_with_one_pynox_line(pynox):
     assert run.stderr.strip() == lines[0]
 
 
+def test_tasks_own_timeout_error_is_not_reported_as_a_pynox_timeout(pynox):
+    """Python's builtin TimeoutError, raised by the task itself, is the task's
+    error (exit 1, its traceback); pynox has nothing to add about it."""
+    run = pynox.run("-c", "raise TimeoutError('the database did not answer')")
+    assert run.returncode == 1, run
+    assert run.stderr.startswith("Traceback (most recent call last):"), run
+    assert pynox_lines(run.stderr) == [], f"pynox spoke for the task's own exception: {pynox_lines(run.stderr)}"
+
+
 def test_killed_by_seccomp_reports_the_signal(pynox):
     code = "import ctypes\nctypes.CDLL(None).syscall(0x40000000 | 39)"
     run = pynox.run("-c", code)
@@ -170,6 +179,29 @@ def test_passthrough_output_is_raw_bytes(pynox):
     proc = subprocess.run([sys.executable, "-m", "pynox", "-c", code], capture_output=True, cwd=pynox.cwd, timeout=20)
     assert proc.returncode == 0, proc
     assert proc.stdout == b"\xff\xfeA\nafter\n"
+
+
+def test_ctrl_c_reaches_the_task(pynox):
+    """In passthrough mode the terminal's ^C (SIGINT to the foreground group) is the task's KeyboardInterrupt."""
+    proc = subprocess.Popen([sys.executable, "-m", "pynox", "-c", "import time\nprint('ready', flush=True)\n"
+                             "time.sleep(30)"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=pynox.cwd, start_new_session=True)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, (proc.returncode, err)
+    assert err.startswith("Traceback (most recent call last):") and err.splitlines()[-1] == "KeyboardInterrupt", err
+
+
+def test_stdin_reaches_the_task(pynox):
+    run = pynox.run("-c", "import sys\nprint(input().upper(), sys.stdin.read().split())", input="typed\nmore words\n")
+    assert run.returncode == 0, run
+    assert run.stdout == "TYPED ['more', 'words']\n"
 
 
 def test_launcher_sigterm_stops_the_task(pynox, fs):
