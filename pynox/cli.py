@@ -327,12 +327,9 @@ def run_command(argv, scrubbed=False) -> int:
         result = single_run.result(finished, policy, single_run.backend_name(ctx.landlock_abi))
         _print_json(result)
         return result["exit"]
-    code, error = single_run.outcome(finished, policy)
-    if error is not None:
-        if error["type"] in ("TimeoutError", "SignalError", "SandboxSetupError"):
-            _fail(error["message"], code)
-        elif error.get("hint"):
-            _fail(error["hint"], code)
+    code, error, verdict = single_run.outcome(finished, policy)
+    if verdict:
+        _fail(error["message"], code)  # the task's own hint line was printed by the task's side
     return code
 
 

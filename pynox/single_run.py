@@ -22,7 +22,8 @@ from pynox.child.execute import Task
 from pynox.child.serve import SETUP_FAILED, Context, policy_to_wire, serve
 from pynox.errors import SandboxSetupError
 from pynox.policy import Policy
-from pynox.wire import EOF, NEED_DATA, Connection, Reply
+from pynox.report import ChildReport
+from pynox.wire import Connection
 
 TIMEOUT_EXIT = 124
 SETUP_EXIT = 125
@@ -54,7 +55,7 @@ class Finished:
 
     status: int  # as from waitpid
     timed_out: bool
-    reply: dict | None  # the child's report, untrusted beyond this job
+    report: ChildReport | None  # what the child said, weighed by what it could know
     stdout: BoundedBuffer | None
     stderr: BoundedBuffer | None
     duration_us: int
@@ -105,7 +106,8 @@ def launch(ctx: Context, policy: Policy, task: Task, *, capture: bool, cwd: str)
         conn = Connection()
         run_id, data = conn.send_request("run", task=_task_to_wire(task), policy=policy_to_wire(policy), cwd=cwd)
         parent_sock.sendall(data)
-        timed_out, reply = _watch(pidfd, parent_sock, conn, run_id, buffers, start + policy.timeout_ms * 1_000_000)
+        report = ChildReport(conn, run_id)
+        timed_out = _watch(pidfd, parent_sock, report, buffers, start + policy.timeout_ms * 1_000_000)
     except Interrupted:
         signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         os.waitpid(pid, 0)
@@ -120,7 +122,7 @@ def launch(ctx: Context, policy: Policy, task: Task, *, capture: bool, cwd: str)
     _, status = os.waitpid(pid, 0)
     duration_us = (time.monotonic_ns() - start) // 1000
     values = list(buffers.values())
-    return Finished(status=status, timed_out=timed_out, reply=reply, duration_us=duration_us,
+    return Finished(status=status, timed_out=timed_out, report=report, duration_us=duration_us,
                     stdout=values[0] if values else None, stderr=values[1] if values else None)
 
 
@@ -128,7 +130,7 @@ def _task_to_wire(task: Task) -> dict:
     return {"kind": task.kind, "target": task.target, "name": task.name, "args": list(task.args)}
 
 
-def _watch(pidfd, sock, conn, run_id, buffers, deadline_ns):
+def _watch(pidfd, sock, report, buffers, deadline_ns):
     """Drain output and the report until the child is gone; kill it at the deadline."""
     selector = selectors.DefaultSelector()
     selector.register(pidfd, selectors.EVENT_READ)
@@ -137,7 +139,6 @@ def _watch(pidfd, sock, conn, run_id, buffers, deadline_ns):
         selector.register(fd, selectors.EVENT_READ)
     timed_out = False
     exited_at = None
-    reply = None
     open_streams = set(buffers) | {sock.fileno()}
     while True:
         now = time.monotonic_ns()
@@ -164,44 +165,50 @@ def _watch(pidfd, sock, conn, run_id, buffers, deadline_ns):
                 data = b""
             if fd in buffers:
                 buffers[fd].feed(data)
-            elif reply is None:
-                reply = _take_reply(conn, data, run_id)
+            else:
+                for answer in report.feed(data):
+                    try:
+                        sock.send(answer)
+                    except OSError:
+                        pass  # a child that does not read its answers only loses them
             if not data:
                 selector.unregister(fd)
                 open_streams.discard(fd)
     selector.close()
-    return timed_out, reply
+    return timed_out
 
 
-def _take_reply(conn, data, run_id):
-    """The child's first well-formed reply to ``run``; other lines are ignored."""
-    conn.receive_data(data)
-    while True:
-        event = conn.next_event()
-        if event is NEED_DATA or event is EOF:
-            return None
-        if isinstance(event, Reply) and event.id == run_id:
-            return event.body
+# Exit statuses with which a task's uncaught exception ends (KeyboardInterrupt: 130).
+EXCEPTION_EXITS = (1, 130)
 
 
 def outcome(finished: Finished, policy: Policy) -> tuple:
-    """(exit code, error dict or None) from what the launcher observed."""
-    reply = finished.reply or {}
+    """(exit code, error dict or None, verdict) from what the launcher observed.
+
+    ``verdict`` is True when the error is pynox's own finding (timeout,
+    signal, setup failure), which only the parent's observation can make.
+    The task's account is kept only where it is consistent with the kernel's
+    exit status: an uncaught exception, exit 1 (or 130), reported as such.
+    """
+    report = finished.report
     if finished.timed_out:
-        return TIMEOUT_EXIT, _error("TimeoutError", f"the task exceeded its timeout of {policy.timeout_ms} ms")
-    setup = reply.get("setup_error")
-    if isinstance(setup, dict) and os.WIFEXITED(finished.status) and os.WEXITSTATUS(finished.status) == SETUP_FAILED:
+        return TIMEOUT_EXIT, _error("TimeoutError", f"the task exceeded its timeout of {policy.timeout_ms} ms"), True
+    setup = report.setup_error if report is not None else None
+    if setup is not None and os.WIFEXITED(finished.status) and os.WEXITSTATUS(finished.status) == SETUP_FAILED:
         return SETUP_EXIT, _error("SandboxSetupError",
-                                  f"sandbox setup failed at step {setup.get('step')!r}: {setup.get('message')}")
+                                  f"sandbox setup failed at step {setup.get('step')!r}: {setup.get('message')}"), True
     if os.WIFSIGNALED(finished.status):
         signum = os.WTERMSIG(finished.status)
         if signum == signal.SIGXCPU:
-            return TIMEOUT_EXIT, _error("TimeoutError", "the task used up its CPU time limit")
+            return TIMEOUT_EXIT, _error("TimeoutError", "the task used up its CPU time limit"), True
         name = signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else str(signum)
-        return 128 + signum, _error("SignalError", f"the task was killed by signal {name}")
+        return 128 + signum, _error("SignalError", f"the task was killed by signal {name}"), True
     code = os.WEXITSTATUS(finished.status)
-    error = reply.get("error") if code != 0 else None
-    return code, _valid_error(error)
+    final = report.final if report is not None else None
+    error = None
+    if final is not None and code in EXCEPTION_EXITS and final.get("exit") == code:
+        error = _valid_error(final.get("error"))
+    return code, error, False
 
 
 def _error(type_name, message, hint=None):
@@ -228,7 +235,7 @@ def runtime_info(mode: str) -> dict:
 
 def result(finished: Finished, policy: Policy, backend: str, runtime: dict | None = None) -> dict:
     """The ``--json`` result: the pool's result shape less the request fields."""
-    code, error = outcome(finished, policy)
+    code, error, _ = outcome(finished, policy)
     return {
         "exit": code,
         "stdout": finished.stdout.text() if finished.stdout else "",
@@ -245,6 +252,8 @@ def result(finished: Finished, policy: Policy, backend: str, runtime: dict | Non
 
 def setup_failure(exc: SandboxSetupError, policy: Policy) -> dict:
     """The ``--json`` result of a run that never started: the sandbox was unavailable."""
+    report = ChildReport(Connection(), 0)
+    report.setup_error = {"step": exc.step, "message": exc.detail}
     finished = Finished(status=SETUP_FAILED << 8, timed_out=False, duration_us=0, stdout=None, stderr=None,
-                        reply={"setup_error": {"step": exc.step, "message": exc.detail}})
+                        report=report)
     return result(finished, policy, "unavailable")

@@ -105,12 +105,24 @@ def _location(exc: BaseException, frames, task: Task):
     return None, None
 
 
+# Error types only pynox itself reports; a task's class of the same name is
+# reported with its module, so it can never pass for pynox's verdict.
+PYNOX_ERROR_TYPES = frozenset({"RequestError", "SignalError", "SandboxSetupError", "PoolWorkerError"})
+
+
+def _type_name(exc: BaseException) -> str:
+    cls = type(exc)
+    if cls.__name__ in PYNOX_ERROR_TYPES:
+        return f"{cls.__module__}.{cls.__qualname__}"
+    return cls.__name__
+
+
 def _describe(exc: BaseException, grants: Grants, task: Task) -> dict:
     frames = traceback.extract_tb(exc.__traceback__)
     context = " ".join(f"{f.filename} {f.line or ''}" for f in frames)
     file, line = _location(exc, frames, task)
     return {
-        "type": type(exc).__name__,
+        "type": _type_name(exc),
         "message": str(exc),
         "file": file,
         "line": line,
@@ -158,6 +170,9 @@ def run_task(task: Task, grants: Grants) -> Outcome:
             traceback.print_exception(exc)
         except Exception:
             print(f"{error['type']}: {error['message']}", file=sys.stderr)
+        if error["hint"] and grants.style == "cli":
+            # On a terminal the hint follows the traceback; the pool puts it in the result only.
+            print(f"pynox: {error['hint']}", file=sys.stderr)
         outcome = Outcome(exit=130 if isinstance(exc, KeyboardInterrupt) else 1, error=error)
     else:
         outcome = Outcome(exit=0, error=None)

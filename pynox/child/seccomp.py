@@ -48,6 +48,8 @@ CLONE_NEW_FLAGS = {
     "CLONE_NEWNET": 0x40000000,
 }
 
+F_SETOWN = 8
+F_SETOWN_EX = 15
 TIOCSTI = 0x5412
 TIOCLINUX = 0x541C
 
@@ -93,6 +95,8 @@ DENIED = (
     "msgget", "msgsnd", "msgrcv", "msgctl", "semget", "semop", "semtimedop", "semctl",
     "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify", "mq_getsetattr",
     "migrate_pages", "move_pages",
+    # watching a directory reveals the names created in it, granted or not
+    "inotify_add_watch", "fanotify_mark",
     # metadata Landlock does not guard: a file under a read grant stays unchanged
     "chmod", "fchmod", "fchmodat", "fchmodat2",
     "chown", "fchown", "lchown", "fchownat",
@@ -161,11 +165,14 @@ def plan_rules(*, network: bool, landlock_abi: int) -> tuple:
         # Landlock cannot deny truncate() before ABI 3.
         rules.append(Rule(action=EPERM, syscall="truncate"))
     if landlock_abi < 6:
-        # Without Landlock's signal scope, signals may reach only the task's
-        # own process group (the child leads a group of its own).
-        rules.append(Rule(action=EPERM, syscall="kill", args=(_when(0, CMP_NE, 0),)))
-        for name in ("tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_send_signal"):
+        # Without Landlock's signal scope nothing tells the task's own pid
+        # from another's (and on the command line the task shares the
+        # launcher's process group), so no signal may be sent at all, not
+        # even SIGIO through a descriptor's owner.
+        for name in ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_send_signal"):
             rules.append(Rule(action=EPERM, syscall=name))
+        for command in (F_SETOWN, F_SETOWN_EX):
+            rules.append(Rule(action=EPERM, syscall="fcntl", args=(_when(1, CMP_EQ, command),)))
     return tuple(rules)
 
 

@@ -138,6 +138,9 @@ def _serve(sock: socket.socket, ctx: Context) -> int:
     except SandboxSetupError as exc:
         sock.sendall(conn.send_reply(request, setup_error={"step": exc.step, "message": clean_text(exc.detail)}))
         return SETUP_FAILED
+    # Said before the task runs, so the parent knows any later line is the task's.
+    _, started = conn.send_request("started")
+    sock.sendall(started)
     for directory in policy.package_dirs:
         site.addsitedir(directory)
     grants = Grants(read=policy.read_paths(), write=policy.allow_write, network=policy.network,

@@ -26,6 +26,7 @@ from pynox.supervisor import outcomes
 from pynox.supervisor.config import PoolConfig
 from pynox.supervisor.machines import JobState, TemplateState, job_lifecycle
 from pynox.supervisor.requests import JobSpec, request_id, validate
+from pynox.report import ChildReport
 from pynox.supervisor.templates import CONTROL_BOUND_S, TemplateProcess
 from pynox.wire import EOF, NEED_DATA, Connection, DecodeError, Line, LineFramer, Oversized, ProtocolError, Reply, \
     Request, decode
@@ -49,11 +50,9 @@ class Job:
         self.pid = None
         self.pidfd = None
         self.sock = None
-        self.conn = None
-        self.run_id = None
+        self.report = None  # ChildReport once the job is sent
         self.streams = {}  # fd -> BoundedBuffer, stdout first
         self.open_fds = set()  # of streams, not yet at EOF
-        self.reply = None
         self.status = None
         self.exited_ns = None
         self.deadline_ns = None
@@ -393,11 +392,12 @@ class Pool:
             os.set_blocking(fd, False)
             self.selector.register(fd, selectors.EVENT_READ, lambda _m, j=job, f=fd: self._on_stream(j, f))
         self.selector.register(job.pidfd, selectors.EVENT_READ, lambda _m, j=job: self._on_child_exit(j))
-        job.conn = Connection()
-        job.run_id, data = job.conn.send_request(
+        conn = Connection()
+        run_id, data = conn.send_request(
             "run", task={"kind": job.spec.task.kind, "target": job.spec.task.target, "name": job.spec.task.name,
                          "args": list(job.spec.task.args)},
             policy=policy_to_wire(job.spec.policy), cwd=self.cwd)
+        job.report = ChildReport(conn, run_id)
         job.started_ns = time.monotonic_ns()
         job.deadline_ns = job.started_ns + job.spec.policy.timeout_ms * 1_000_000
         job.life.fire("start")
@@ -507,28 +507,16 @@ class Pool:
             return
         except OSError:
             data = b""
-        job.conn.receive_data(data)
-        while True:
-            event = job.conn.next_event()
-            if event is NEED_DATA or event is EOF:
-                break
-            if isinstance(event, Reply) and event.id == job.run_id and job.reply is None:
-                job.reply = event.body
-            elif isinstance(event, Request):
-                # Requests up (``host`` calls) get an answer, never silence:
-                # this job declared no host functions.
-                self._answer_child(job, event, f"no host function is available to this job (op {event.op!r})")
+        for answer in job.report.feed(data):
+            try:
+                job.sock.send(answer)
+            except OSError:
+                pass  # a child that does not read its answers only loses them
         if not data:
             self._unregister(job.sock)
             job.sock.close()
             job.sock = None
             self._maybe_finish(job)
-
-    def _answer_child(self, job: Job, request: Request, error: str):
-        try:
-            job.sock.send(job.conn.send_reply(request, error=error))
-        except OSError:
-            pass  # a child that does not read its answers only loses them
 
     def _on_child_exit(self, job: Job):
         self._unregister(job.pidfd)
@@ -547,7 +535,7 @@ class Pool:
         drained = not job.open_fds and job.sock is None
         if not drained and time.monotonic_ns() - job.exited_ns < DRAIN_S * 1e9:
             return
-        finished = Finished(status=job.status, timed_out=job.timed_out, reply=job.reply,
+        finished = Finished(status=job.status, timed_out=job.timed_out, report=job.report,
                             stdout=list(job.streams.values())[0], stderr=list(job.streams.values())[1],
                             duration_us=(job.exited_ns - job.started_ns) // 1000)
         job.life.fire("time_out" if job.timed_out else "finish")

@@ -223,9 +223,11 @@ def test_eof_drains_accepted_jobs_and_exits_zero(tmp_path):
 
 
 def test_a_killed_template_fails_its_job_and_is_replaced(tmp_path):
+    (tmp_path / "w").mkdir()
     with Pool("--workers", "1", cwd=tmp_path) as p:
-        p.send({"id": "victim", "code": "import time; time.sleep(30)"})
-        time.sleep(0.5)
+        p.send({"id": "victim", "code": "import time; open('w/running', 'w').close(); time.sleep(30)",
+                "allow_write": ["w"]})
+        assert wait_until(lambda: (tmp_path / "w" / "running").exists(), 30)
         templates = templates_of(p.process.pid)
         assert len(templates) == 1
         os.kill(templates[0], signal.SIGKILL)
@@ -326,7 +328,10 @@ def test_a_request_up_from_the_child_is_answered_not_ignored(pool):
             "s = socket.socket(fileno=fd)\n"
             "s.sendall(b'{\"op\": \"host\", \"id\": 1, \"function\": \"search\"}\\n')\n"
             "s.settimeout(5)\n"
-            "print(json.loads(s.recv(65536).decode()))\n")
+            "data = b''\n"
+            "while b'error' not in data:\n"
+            "    data += s.recv(65536)\n"
+            "print([json.loads(line) for line in data.splitlines()])\n")
     result = pool.run(code)
     assert result["exit"] == 0, result
     assert "no host function is available" in result["stdout"] and "'id': 1" in result["stdout"]

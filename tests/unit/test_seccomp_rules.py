@@ -130,13 +130,17 @@ def test_abi_dependent_rules(abi):
         assert truncate == []
     signal_calls = ("tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_send_signal")
     if abi < 6:
-        assert action_for(rules, "kill", 0, 15) is None  # own process group
-        assert action_for(rules, "kill", 1, 15) == EPERM
-        assert action_for(rules, "kill", (-1) & U64, 9) == EPERM
+        # Nothing can tell the task's own pid from another's: no signal at all.
+        for pid in (0, 1, (-1) & U64):
+            assert action_for(rules, "kill", pid, 15) == EPERM
         for name in signal_calls:
             assert [(r.action, r.args) for r in rules_for(rules, name)] == [(EPERM, ())], name
+        assert action_for(rules, "fcntl", 3, 8) == EPERM  # F_SETOWN
+        assert action_for(rules, "fcntl", 3, 15) == EPERM  # F_SETOWN_EX
+        assert action_for(rules, "fcntl", 3, 1) is None  # F_GETFD stays
     else:
         assert rules_for(rules, "kill") == []
+        assert rules_for(rules, "fcntl") == []
         for name in signal_calls:
             assert rules_for(rules, name) == [], name
 
