@@ -57,8 +57,9 @@ def _probe_confinement(abi):
     """Apply the whole checklist in a forked child; return each step's result."""
     policy = Policy(timeout_ms=10_000)
     try:
-        program = seccomp.compile_filter(seccomp.plan_rules(network=False, landlock_abi=max(abi, 1)))
-    except OSError as exc:
+        program = seccomp.Program(seccomp.compile_filter(seccomp.plan_rules(network=False,
+                                                                           landlock_abi=max(abi, 1))))
+    except (OSError, ValueError) as exc:
         return [{"step": "seccomp-compile", "ok": False, "error": f"libseccomp: {exc}"}]
     read_end, write_end = os.pipe()
     prep = confine.Preparation(keep_fds=(write_end,), parent_pid=os.getpid(), new_session=True)

@@ -72,6 +72,12 @@ def runtime_rule_paths() -> tuple:
     return tuple(kept)
 
 
+@functools.lru_cache(maxsize=None)
+def _existing(paths: tuple) -> tuple:
+    """The implicit paths this machine has; asked once per process, not per result."""
+    return tuple(p for p in paths if os.path.exists(p))
+
+
 def beneath(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
@@ -125,10 +131,10 @@ class Policy:
 
     def read_paths(self) -> tuple:
         """Every read-only path, implicit ones included, as results report them."""
-        paths = list(runtime_paths()) + [p for p in SYSTEM_RUNTIME if os.path.exists(p)]
+        paths = list(_existing(runtime_paths() + SYSTEM_RUNTIME))
         paths += list(self.package_dirs) + list(self.implicit_read) + list(self.allow_read)
         if self.network:
-            paths += [p for p in NETWORK_FILES if os.path.exists(p)]
+            paths += list(_existing(NETWORK_FILES))
         return tuple(dict.fromkeys(paths))
 
     def environ(self) -> dict:

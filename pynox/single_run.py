@@ -42,7 +42,7 @@ def prepare(network: bool, *, hint_style: str, new_session: bool) -> Context:
     if abi < 1:
         raise SandboxSetupError("landlock", "the kernel does not offer Landlock (see `pynox doctor`)")
     try:
-        program = seccomp.compile_filter(seccomp.plan_rules(network=network, landlock_abi=abi))
+        program = seccomp.Program(seccomp.compile_filter(seccomp.plan_rules(network=network, landlock_abi=abi)))
     except OSError as exc:
         raise SandboxSetupError("seccomp", f"cannot compile the filter with libseccomp: {exc}") from exc
     return Context(landlock_abi=abi, seccomp_programs={network: program}, parent_pid=os.getpid(),

@@ -31,7 +31,7 @@ class Plan:
     """The part that depends on the job, applied once its data has arrived."""
 
     ruleset: landlock.Ruleset
-    seccomp_program: bytes
+    seccomp_program: seccomp.Program
     rlimits: dict
     environ: dict
 
@@ -51,9 +51,13 @@ def _session(prep):
         os.setsid()
 
 
-def _environment(plan):
-    os.environ.clear()
-    os.environ.update(plan.environ)
+def set_environment(environ: dict) -> None:
+    """Make os.environ exactly ``environ``, changing only what differs."""
+    for key in [key for key in os.environ if key not in environ]:
+        del os.environ[key]
+    for key, value in environ.items():
+        if os.environ.get(key) != value:
+            os.environ[key] = value
 
 
 def early_steps(prep: Preparation):
@@ -75,7 +79,7 @@ def job_steps(plan: Plan):
     """Steps shaped by the job; seccomp last, because it forbids calls the others make."""
     return (
         ("rlimits", lambda: limits.apply(plan.rlimits)),
-        ("environment", lambda: _environment(plan)),
+        ("environment", lambda: set_environment(plan.environ)),
         ("landlock", lambda: landlock.restrict_self(plan.ruleset)),
         ("seccomp", lambda: seccomp.install(plan.seccomp_program)),
     )

@@ -7,7 +7,8 @@ over ``libseccomp.so.2`` (present wherever systemd or apt is) rather than
 depend on a binding that needs a compiler.  The policy is a pure table
 (:func:`plan_rules`), compiled once per (network, Landlock ABI) in the trusted
 parent (:func:`compile_filter`) and installed last in the child
-(:func:`install`), which then needs neither libseccomp nor allocation.
+(:func:`install`) from a :class:`Program` laid out before the fork, so the
+child needs neither libseccomp nor allocation.
 
 The model is a deny list over a default of allow: the task is ordinary
 CPython with numpy and friends, and the listed calls are the ones that reach
@@ -261,17 +262,28 @@ _libc.syscall.restype = ctypes.c_long
 _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 
 
-def install(program: bytes) -> None:
+class Program:
+    """A compiled filter, laid out for ``seccomp(2)`` once in the parent.
+
+    The child then installs it with one system call and touches no memory
+    of its own, so nothing is copied after fork for it.
+    """
+
+    def __init__(self, bpf: bytes):
+        if not bpf or len(bpf) % 8:
+            raise ValueError("empty or malformed BPF program")
+        self.bpf = bpf
+        self._buffer = ctypes.create_string_buffer(bpf, len(bpf))
+        self.fprog = _SockFprog(len(bpf) // 8, ctypes.cast(self._buffer, ctypes.c_void_p))
+
+
+def install(program: Program) -> None:
     """Install a compiled program on the calling thread; needs no_new_privs."""
     number = _SECCOMP_SYSCALL.get(platform.machine())
     if number is None:
         raise OSError(errno.ENOSYS, f"seccomp syscall number unknown for {platform.machine()}")
-    if not program or len(program) % 8:
-        raise OSError(errno.EINVAL, "empty or malformed BPF program")
-    buffer = ctypes.create_string_buffer(program, len(program))
-    prog = _SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
     if _libc.syscall(ctypes.c_long(number), ctypes.c_uint(SECCOMP_SET_MODE_FILTER),
-                     ctypes.c_uint(0), ctypes.byref(prog)) != 0:
+                     ctypes.c_uint(0), ctypes.byref(program.fprog)) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"seccomp(SET_MODE_FILTER): {os.strerror(err)}")
     if _libc.prctl(PR_GET_SECCOMP, 0, 0, 0, 0) != 2:

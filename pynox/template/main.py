@@ -83,7 +83,8 @@ def _check_descriptors(control_fd):
 
 def _compile(abi):
     try:
-        return {network: seccomp.compile_filter(seccomp.plan_rules(network=network, landlock_abi=abi))
+        return {network: seccomp.Program(seccomp.compile_filter(seccomp.plan_rules(network=network,
+                                                                                   landlock_abi=abi)))
                 for network in (False, True)}
     except OSError as exc:
         raise Broken(f"cannot compile the seccomp filter with libseccomp: {exc}") from exc
