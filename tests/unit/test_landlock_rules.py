@@ -1,6 +1,5 @@
 """Landlock rule planning (pure) and one real restrict_self in a forked child."""
 
-import ast
 import errno
 import os
 
@@ -11,6 +10,7 @@ from hypothesis import strategies as st
 from pynox.child import landlock
 from pynox.child.landlock import FS, NET, SCOPE, handled_fs, plan_rules
 from pynox.child.privileges import set_no_new_privs
+from forked import outcome, run_in_child
 
 BASE_13 = (1 << 13) - 1  # EXECUTE .. MAKE_SYM, the ABI 1 rights
 WRITE_ONLY_RIGHTS = (FS.WRITE_FILE | FS.REMOVE_DIR | FS.REMOVE_FILE | FS.MAKE_CHAR | FS.MAKE_DIR | FS.MAKE_REG
@@ -159,38 +159,6 @@ def test_probe_reports_landlock_on_this_machine():
     assert landlock.abi_version() == abi
 
 
-def run_in_child(body):
-    """Run ``body()`` in a forked child; return the dict it produced."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - child
-        code = 1
-        try:
-            os.close(r)
-            try:
-                result = body()
-            except BaseException as exc:  # noqa: BLE001
-                result = {"setup_error": repr(exc)}
-            os.write(w, repr(result).encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(w)
-    chunks = []
-    while chunk := os.read(r, 65536):
-        chunks.append(chunk)
-    os.close(r)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, status
-    return ast.literal_eval(b"".join(chunks).decode())
-
-
-def outcome(fn):
-    try:
-        value = fn()
-    except OSError as exc:
-        return ("error", type(exc).__name__, exc.errno)
-    return ("ok", value)
 
 
 def test_restrict_self_enforces_read_and_write_grants(tmp_path):

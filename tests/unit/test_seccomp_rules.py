@@ -1,6 +1,5 @@
 """The seccomp deny list (pure), its compilation, and one real filter in a forked child."""
 
-import ast
 import ctypes
 import errno
 import os
@@ -16,6 +15,7 @@ from pynox.child import seccomp
 from pynox.child.privileges import set_no_new_privs
 from pynox.child.seccomp import (CLONE_NEW_FLAGS, CLONE_THREAD, CMP_EQ, CMP_GE, CMP_GT, CMP_LE, CMP_LT,
                                  CMP_MASKED_EQ, CMP_NE, DENIED, ENOSYS, EPERM, compile_filter, plan_rules)
+from forked import outcome, run_in_child
 
 AF_UNIX, AF_INET, AF_INET6, AF_NETLINK, AF_PACKET = 1, 2, 10, 16, 17
 NETLINK_ROUTE, NETLINK_AUDIT = 0, 9
@@ -233,37 +233,6 @@ def test_library_version_is_known():
 # the kernel ------------------------------------------------------------------
 
 
-def run_in_child(body):
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - child
-        code = 1
-        try:
-            os.close(r)
-            try:
-                result = body()
-            except BaseException as exc:  # noqa: BLE001
-                result = {"setup_error": repr(exc)}
-            os.write(w, repr(result).encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(w)
-    chunks = []
-    while chunk := os.read(r, 65536):
-        chunks.append(chunk)
-    os.close(r)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, status
-    return ast.literal_eval(b"".join(chunks).decode())
-
-
-def outcome(fn):
-    try:
-        value = fn()
-    except OSError as exc:
-        return ("error", type(exc).__name__, exc.errno)
-    return ("ok", value)
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
