@@ -20,7 +20,7 @@ from pynox.capture import BoundedBuffer
 from pynox.child import landlock, seccomp
 from pynox.child.execute import Task
 from pynox.child.serve import SETUP_FAILED, Context, policy_to_wire, serve
-from pynox.errors import SandboxSetupError
+from pynox.errors import SandboxSetupError, error_dict
 from pynox.policy import Policy
 from pynox.report import ChildReport
 from pynox.wire import Connection
@@ -192,30 +192,26 @@ def outcome(finished: Finished, policy: Policy) -> tuple:
     """
     report = finished.report
     if finished.timed_out:
-        return TIMEOUT_EXIT, _error("TimeoutError", f"the task exceeded its timeout of {policy.timeout_ms} ms"), True
+        return TIMEOUT_EXIT, error_dict("TimeoutError", f"the task exceeded its timeout of {policy.timeout_ms} ms"), True
     setup = report.setup_error if report is not None else None
     if setup is not None and os.WIFEXITED(finished.status) and os.WEXITSTATUS(finished.status) == SETUP_FAILED:
-        return SETUP_EXIT, _error("SandboxSetupError",
+        return SETUP_EXIT, error_dict("SandboxSetupError",
                                   f"sandbox setup failed at step {setup.get('step')!r}: {setup.get('message')}"), True
     if os.WIFSIGNALED(finished.status):
         signum = os.WTERMSIG(finished.status)
         if signum == signal.SIGXCPU:
-            return TIMEOUT_EXIT, _error("TimeoutError", "the task used up its CPU time limit"), True
+            return TIMEOUT_EXIT, error_dict("TimeoutError", "the task used up its CPU time limit"), True
         name = signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else str(signum)
-        return 128 + signum, _error("SignalError", f"the task was killed by signal {name}"), True
+        return 128 + signum, error_dict("SignalError", f"the task was killed by signal {name}"), True
     code = os.WEXITSTATUS(finished.status)
     final = report.final if report is not None else None
     error = None
     if final is not None and code in EXCEPTION_EXITS and final.get("exit") == code:
-        error = _valid_error(final.get("error"))
+        error = _validerror_dict(final.get("error"))
     return code, error, False
 
 
-def _error(type_name, message, hint=None):
-    return {"type": type_name, "message": message, "file": None, "line": None, "hint": hint}
-
-
-def _valid_error(error):
+def _validerror_dict(error):
     """The child's error dict with known keys and types only: it is untrusted."""
     if not isinstance(error, dict) or not isinstance(error.get("type"), str):
         return None

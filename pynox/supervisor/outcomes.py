@@ -9,6 +9,8 @@ kind of line, and counts every answer by outcome and error type.
 import time
 from collections import Counter
 
+from pynox.errors import error_dict
+
 REQUEST_ERROR_EXIT = 2
 WORKER_ERROR_EXIT = 125
 TIMEOUT_EXIT = 124
@@ -20,18 +22,14 @@ def _shape(rid, code, error, runtime, policy):
             "queue_us": 0, "runtime": runtime, "policy": policy}
 
 
-def error(type_name, message):
-    return {"type": type_name, "message": message, "file": None, "line": None, "hint": None}
-
-
 def request_error(rid, message, runtime) -> dict:
     """Nothing ran: the request itself was wrong (``policy`` is null)."""
-    return _shape(rid, REQUEST_ERROR_EXIT, error("RequestError", message), runtime, None)
+    return _shape(rid, REQUEST_ERROR_EXIT, error_dict("RequestError", message), runtime, None)
 
 
 def worker_error(message, policy, backend, runtime) -> dict:
     """The pool lost the job's template; the job is not retried."""
-    body = _shape(None, WORKER_ERROR_EXIT, error("PoolWorkerError", message), runtime, policy.describe(backend))
+    body = _shape(None, WORKER_ERROR_EXIT, error_dict("PoolWorkerError", message), runtime, policy.describe(backend))
     del body["id"], body["queue_us"]
     return body
 

@@ -20,7 +20,7 @@ import orjson
 
 from pynox.capture import BoundedBuffer
 from pynox.child.serve import policy_to_wire
-from pynox.errors import RequestError
+from pynox.errors import RequestError, error_dict
 from pynox.single_run import DRAIN_S, Finished, backend_name, result, runtime_info
 from pynox.supervisor import outcomes
 from pynox.supervisor.config import PoolConfig
@@ -310,7 +310,7 @@ class Pool:
             # bug; the client still gets one answer and the pool lives on.
             rid = obj.get("id")
             fallback = outcomes.request_error(None, f"pynox could not encode an answer: {exc}", self._runtime())
-            fallback.update(exit=outcomes.WORKER_ERROR_EXIT, error=outcomes.error("PoolWorkerError",
+            fallback.update(exit=outcomes.WORKER_ERROR_EXIT, error=error_dict("PoolWorkerError",
                                                                                     fallback["error"]["message"]))
             try:
                 fallback["id"] = orjson.loads(orjson.dumps(rid))
