@@ -193,7 +193,11 @@ class Pool:
         self._update_intake()
         timeout = self._next_deadline()
         for key, mask in self.selector.select(timeout):
-            key.data(mask)
+            # A handler earlier in this batch may have closed (and the kernel
+            # reused) this descriptor: only a still-current registration runs.
+            current = self.selector.get_map().get(key.fd)
+            if current is not None and current.data is key.data:
+                key.data(mask)
         self._enforce_deadlines()
 
     def _update_intake(self):
@@ -487,6 +491,8 @@ class Pool:
     # -- job streams and completion ------------------------------------
 
     def _on_stream(self, job: Job, fd: int):
+        if fd not in job.open_fds:
+            return
         try:
             data = os.read(fd, 1 << 16)
         except BlockingIOError:
