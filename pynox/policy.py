@@ -25,6 +25,8 @@ DEFAULT_MAX_FILE_SIZE = 256 << 20
 SYSTEM_RUNTIME = ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/share/zoneinfo", "/sys/devices/system/cpu")
 # Resolved in the child after fork: its own /proc entry, never another's.
 OWN_PROC = "/proc/self"
+# Never granted by request: pynox grants the few harmless parts itself.
+KERNEL_INTERFACES = ("/proc", "/sys", "/dev")
 DEVICES_READ = ("/dev/zero", "/dev/urandom", "/dev/random")
 DEVICES_WRITE = ("/dev/null", "/dev/full")
 # What name resolution and TLS read when the network is allowed; nothing
@@ -112,18 +114,32 @@ class Policy:
     env: dict = field(default_factory=dict)
 
     def check(self) -> None:
-        """Refuse grants Landlock cannot honour as written.
+        """Refuse grants that would fail open or that Landlock cannot honour as written."""
+        self._check_kernel_interfaces()
+        self._check_nesting()
+        self._check_runtime()
 
-        Write grants may not overlap the runtime later tasks trust; a read
-        grant may not lie strictly beneath a write grant, because Landlock adds
+    def _check_kernel_interfaces(self) -> None:
+        """No grant may reach /proc, /sys or /dev: a path like /proc/self resolves in
+        the trusted parent to the parent itself, and /dev holds raw disks."""
+        for grant in self.allow_read + self.allow_write + self.package_dirs:
+            for interface in KERNEL_INTERFACES:
+                if overlaps(grant, interface):
+                    raise ValueError(f"grant {grant} would expose the kernel interface {interface}; "
+                                     f"grant a directory that does not contain it")
+
+    def _check_nesting(self) -> None:
+        """A read grant may not lie strictly beneath a write grant: Landlock adds
         rights down the tree and cannot take write access away beneath it (the
-        same path granted both ways is simply writable).
-        """
+        same path granted both ways is simply writable)."""
         for read in self.allow_read:
             for write in self.allow_write:
                 if read != write and beneath(read, write):
                     raise ValueError(f"read-only grant {read} lies beneath write grant {write}, "
                                      f"where it could not stay read-only")
+
+    def _check_runtime(self) -> None:
+        """Write grants may not overlap the runtime that later tasks trust."""
         for write in self.allow_write:
             for runtime in runtime_paths() + SYSTEM_RUNTIME + self.package_dirs:
                 if overlaps(write, runtime):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from pynox.capture import BoundedBuffer
 from pynox.child import landlock, seccomp
-from pynox.child.execute import Task
+from pynox.child.execute import PYNOX_ERROR_TYPES, Task
 from pynox.child.serve import SETUP_FAILED, Context, policy_to_wire, serve
 from pynox.errors import SandboxSetupError, error_dict
 from pynox.policy import Policy
@@ -198,30 +198,47 @@ def outcome(finished: Finished, policy: Policy) -> tuple:
         return SETUP_EXIT, error_dict("SandboxSetupError",
                                   f"sandbox setup failed at step {setup.get('step')!r}: {setup.get('message')}"), True
     if os.WIFSIGNALED(finished.status):
+        # SIGXCPU included: the CPU rlimit is a backstop set loose enough that
+        # the wall-clock timeout always comes first, and a task may send
+        # itself SIGXCPU; either way the kernel only says "killed by signal".
         signum = os.WTERMSIG(finished.status)
-        if signum == signal.SIGXCPU:
-            return TIMEOUT_EXIT, error_dict("TimeoutError", "the task used up its CPU time limit"), True
         name = signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else str(signum)
         return 128 + signum, error_dict("SignalError", f"the task was killed by signal {name}"), True
     code = os.WEXITSTATUS(finished.status)
     final = report.final if report is not None else None
     error = None
     if final is not None and code in EXCEPTION_EXITS and final.get("exit") == code:
-        error = _validerror_dict(final.get("error"))
+        error = _task_error(final.get("error"))
     return code, error, False
 
 
-def _validerror_dict(error):
-    """The child's error dict with known keys and types only: it is untrusted."""
+# Bounds on what a task's own report may put in a result and in the counters.
+MAX_TYPE_CHARS = 200
+MAX_TEXT_CHARS = 64 * 1024
+
+
+def _text(value, limit):
+    return value[:limit] if isinstance(value, str) else None
+
+
+def _task_error(error):
+    """The task's own error, with known keys, bounded sizes, and never a pynox verdict.
+
+    A genuine report names a task class that shares a pynox error type's name
+    with its module (``__main__.SignalError``), so a bare pynox type can only
+    be a line the task forged: such a report is not believed at all.
+    """
     if not isinstance(error, dict) or not isinstance(error.get("type"), str):
+        return None
+    if error["type"] in PYNOX_ERROR_TYPES:
         return None
     line = error.get("line")
     return {
-        "type": error["type"],
-        "message": str(error.get("message", "")),
-        "file": error.get("file") if isinstance(error.get("file"), str) else None,
+        "type": error["type"][:MAX_TYPE_CHARS],
+        "message": _text(error.get("message"), MAX_TEXT_CHARS) or "",
+        "file": _text(error.get("file"), MAX_TEXT_CHARS),
         "line": line if isinstance(line, int) and not isinstance(line, bool) else None,
-        "hint": error.get("hint") if isinstance(error.get("hint"), str) else None,
+        "hint": _text(error.get("hint"), MAX_TEXT_CHARS),
     }
 
 

@@ -10,6 +10,7 @@ import errno
 import os
 from dataclasses import dataclass
 
+from pynox.policy import KERNEL_INTERFACES
 from pynox.units import format_size
 
 FLAGS = {
@@ -79,6 +80,8 @@ def _hint_one(exc: BaseException, grants: Grants, source_line: str) -> str | Non
         return None
     if exc.filename is not None and isinstance(exc.filename, (str, bytes)):
         path = os.path.abspath(os.fsdecode(exc.filename))
+        if any(_beneath(path, (root,)) for root in KERNEL_INTERFACES):
+            return f"{path} is a kernel interface the sandbox does not grant"
         if _beneath(path, grants.write):
             return None  # a real file mode, not the sandbox
         target = _grant_dir(path)

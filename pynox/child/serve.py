@@ -133,8 +133,13 @@ def _rehearse(ctx: Context) -> None:
     compile("import json\nprint(json.dumps({'ok': [1, 2.0, None]}))\n", "<rehearsal>", "exec")
 
 
+# A job's code may fill a whole 1 MiB request line; its run message adds the
+# resolved policy on top.
+RUN_MESSAGE_MAX = 4 << 20
+
+
 def _serve(sock: socket.socket, ctx: Context) -> int:
-    conn = Connection()
+    conn = Connection(max_line=RUN_MESSAGE_MAX)
     early_failure = None
     try:
         confine.prepare(confine.Preparation(keep_fds=(sock.fileno(),), parent_pid=ctx.parent_pid,

@@ -14,6 +14,8 @@ from pynox.errors import error_dict
 REQUEST_ERROR_EXIT = 2
 WORKER_ERROR_EXIT = 125
 TIMEOUT_EXIT = 124
+MAX_ERROR_TYPES = 256
+OTHER_ERRORS = "(other)"
 
 
 def _shape(rid, code, error, runtime, policy):
@@ -60,7 +62,12 @@ class Stats:
             outcome = "failed"
         self.counts[outcome] += 1
         if error_type is not None:
-            self.errors[error_type] += 1
+            # Task-chosen class names are bounded in length and in number, so
+            # the counters (and every stats answer) stay small.
+            if error_type in self.errors or len(self.errors) < MAX_ERROR_TYPES:
+                self.errors[error_type] += 1
+            else:
+                self.errors[OTHER_ERRORS] += 1
         self.duration_ms_total += duration_ms
         self.queue_us_total += queue_us
 

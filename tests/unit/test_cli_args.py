@@ -288,8 +288,16 @@ def test_dangling_symlink_is_nonexistent(tmp_path):
 def test_write_grant_overlapping_the_runtime(tmp_path, target):
     if not os.path.exists(target):
         pytest.skip(f"{target} missing")
-    with pytest.raises(UsageError, match="overlaps"):
+    with pytest.raises(UsageError, match="overlaps|kernel interface"):
         policy_for(["--allow-write", target], tmp_path)
+
+
+@pytest.mark.parametrize("option", ["--allow-read", "--allow-write", "--package-dir"])
+@pytest.mark.parametrize("target", ["/proc/self", "/proc", "/sys/kernel", "/dev", "/dev/shm", "/"])
+def test_grants_never_reach_kernel_interfaces(tmp_path, option, target):
+    # /proc/self would resolve here, in the trusted launcher, to the launcher itself.
+    with pytest.raises(UsageError, match="kernel interface"):
+        policy_for([option, target], tmp_path)
 
 
 def test_write_grant_through_symlink_into_the_runtime(tmp_path):
