@@ -10,6 +10,7 @@ never speak for another job.
 """
 
 import os
+import resource
 import selectors
 import signal
 import socket
@@ -107,6 +108,12 @@ class Pool:
     # -- start and stop -------------------------------------------------
 
     def start(self) -> None:
+        # Each job holds five descriptors here; use all the process may have.
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            pass  # an unlimited hard limit the kernel will not take: keep the soft one
         os.set_blocking(self.stdout_fd, False)
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_r, False)
@@ -355,9 +362,14 @@ class Pool:
         """Ask ``template`` to fork its next child, with that child's stdio and socket attached."""
         if template.state is not TemplateState.WARM or template.spare is not None or template.spawning is not None:
             return
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        ours, theirs = socket.socketpair()
+        try:
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+            ours, theirs = socket.socketpair()
+        except OSError as exc:
+            # The supervisor itself is out of descriptors: stopping with the reason
+            # (every job answered) beats queueing jobs no child will ever take.
+            raise PoolStartError(f"cannot create a child's pipes: {exc}") from exc
         template.spawning = Spare(out_r=out_r, err_r=err_r, sock=ours)
         try:
             _, data = template.conn.send_request("spawn")
