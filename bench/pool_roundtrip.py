@@ -19,11 +19,11 @@ from pynox.client import Pool
 CODE = "import json; print(json.dumps({'ok': True}))"
 
 
-def fresh_interpreter(runs):
+def fresh_interpreter(runs, *flags):
     samples = []
     for _ in range(runs):
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", CODE], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([sys.executable, *flags, "-c", CODE], check=True, stdout=subprocess.DEVNULL)
         samples.append(time.perf_counter() - start)
     return samples
 
@@ -59,16 +59,20 @@ def main():
     with tempfile.TemporaryDirectory() as cwd, Pool("--workers", "2", cwd=cwd) as pool:
         pool_round_trips(pool, 20)  # warm caches on both sides
         fresh = fresh_interpreter(args.runs)
+        # The same binary without site: an editable install's import hook (or
+        # any .pth file) slows every start, and the pool does not pay it.
+        bare = fresh_interpreter(args.runs, "-S")
         pooled = pool_round_trips(pool, args.runs)
         throughput = pool_throughput(pool, args.jobs, window=4)
         pool.close()
-    fresh_ms = statistics.median(fresh) * 1000
-    pool_ms = statistics.median(pooled) * 1000
-    print(f"tiny job, median of {args.runs}:")
-    print(f"  fresh interpreter ({sys.executable} -c): {fresh_ms:8.2f} ms")
-    print(f"  pynox pool round trip:                   {pool_ms:8.2f} ms")
-    print(f"  ratio pool / fresh:                      {pool_ms / fresh_ms:8.1%}")
-    print(f"throughput, 2 workers, {args.jobs} jobs:     {throughput:8.0f} jobs/s")
+    fresh_ms, bare_ms, pool_ms = (statistics.median(x) * 1000 for x in (fresh, bare, pooled))
+    print(f"tiny job, median of {args.runs} ({sys.executable}):")
+    print(f"  fresh interpreter, -c:          {fresh_ms:8.2f} ms")
+    print(f"  fresh interpreter, -S -c:       {bare_ms:8.2f} ms")
+    print(f"  pynox pool round trip:          {pool_ms:8.2f} ms")
+    print(f"  ratio pool / fresh -c:          {pool_ms / fresh_ms:8.1%}")
+    print(f"  ratio pool / fresh -S -c:       {pool_ms / bare_ms:8.1%}")
+    print(f"throughput, 2 workers, {args.jobs} jobs: {throughput:8.0f} jobs/s")
 
 
 if __name__ == "__main__":
