@@ -366,6 +366,7 @@ class Pool:
             out_r, out_w = os.pipe()
             err_r, err_w = os.pipe()
             ours, theirs = socket.socketpair()
+            ours.setblocking(False)
         except OSError as exc:
             # The supervisor itself is out of descriptors: stopping with the reason
             # (every job answered) beats queueing jobs no child will ever take.
@@ -418,11 +419,18 @@ class Pool:
         job.deadline_ns = job.started_ns + job.spec.policy.timeout_ms * 1_000_000
         job.life.fire("start")
         try:
-            job.sock.settimeout(CONTROL_BOUND_S)
-            job.sock.sendall(data)
+            try:
+                sent = job.sock.send(data)
+            except BlockingIOError:
+                sent = 0
+            if sent < len(data):
+                # Only a job near the 1 MiB line limit is larger than the socket
+                # buffer; the waiting child is trusted and reads it at once.
+                job.sock.settimeout(CONTROL_BOUND_S)
+                job.sock.sendall(data[sent:])
+                job.sock.setblocking(False)
         except OSError:
             pass  # the child died before its job arrived; its exit status tells the rest
-        job.sock.setblocking(False)
         self.selector.register(job.sock, selectors.EVENT_READ, lambda _m, j=job: self._on_child_wire(j))
         self._prepare(template)
 

@@ -6,6 +6,7 @@ template passes up, and the template's lifecycle machine.  Control messages
 are bounded: a template that does not answer in time is broken.
 """
 
+import errno
 import os
 import signal
 import socket
@@ -56,16 +57,15 @@ class TemplateProcess:
         return self.state is TemplateState.WARM and self.job is None and self.spare is not None
 
     def send(self, data: bytes, fds=()) -> None:
-        """Control messages are small; a socket that cannot take one is a broken template."""
-        self.sock.setblocking(True)
-        self.sock.settimeout(CONTROL_BOUND_S)
-        try:
-            if fds:
-                socket.send_fds(self.sock, [data], list(fds))
-            else:
-                self.sock.sendall(data)
-        finally:
-            self.sock.setblocking(False)
+        """Send one control message without blocking the supervisor.
+
+        Control messages are a few hundred bytes; a template whose socket
+        cannot take one whole has stopped reading, and raises OSError here
+        for the caller to treat it as broken.
+        """
+        sent = socket.send_fds(self.sock, [data], list(fds)) if fds else self.sock.send(data)
+        if sent != len(data):
+            raise OSError(errno.EAGAIN, "the template is not reading its control socket")
 
     def receive(self) -> bytes:
         data, fds, _, _ = socket.recv_fds(self.sock, 1 << 16, 8)

@@ -335,3 +335,9 @@ def test_a_request_up_from_the_child_is_answered_not_ignored(pool):
     result = pool.run(code)
     assert result["exit"] == 0, result
     assert "no host function is available" in result["stdout"] and "'id': 1" in result["stdout"]
+
+
+def test_a_job_near_the_line_limit_still_runs(pool):
+    padding = "x" * (900 * 1024)
+    result = pool.run(f"data = {padding!r}\nprint(len(data))")
+    assert result["exit"] == 0 and result["stdout"] == f"{900 * 1024}\n", result["error"]
