@@ -185,7 +185,7 @@ json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=
 no_digits = st.text(alphabet=st.characters(blacklist_categories=("Nd", "Cs")), max_size=6)
 non_str = st.none() | st.booleans() | st.integers(-1000, 1000) | st.floats(allow_nan=False, allow_infinity=False) \
     | st.lists(st.text(max_size=3), max_size=2) | st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=2)
-non_str_list = (st.none() | st.booleans() | st.integers() | st.text(max_size=5)
+non_str_list = (st.none() | st.booleans() | st.integers(MIN_ID, MAX_ID) | st.text(max_size=5)
                 | st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=2)
                 | st.lists(st.text(max_size=3), max_size=2).flatmap(
                     lambda items: st.tuples(st.just(items), non_str.filter(lambda v: not isinstance(v, str)),
@@ -194,11 +194,11 @@ non_str_list = (st.none() | st.booleans() | st.integers() | st.text(max_size=5)
 # absent (see the report), which is not the point of this machine.
 bad_duration = (st.booleans() | st.integers(max_value=0) | st.integers(min_value=7 * 24 * 3600 + 1, max_value=2 ** 62)
                 | no_digits | st.sampled_from(["soon", "5 sec", "-1s", "1d", "0ms", "1000h"])
-                | st.lists(st.integers(1, 5), max_size=2) | st.dictionaries(st.text(max_size=2), st.integers(), max_size=1))
+                | st.lists(st.integers(1, 5), max_size=2) | st.dictionaries(st.text(max_size=2), st.integers(MIN_ID, MAX_ID), max_size=1))
 bad_size = (st.booleans() | st.integers(min_value=MIN_ID, max_value=0) | st.integers(min_value=2 ** 62 + 1, max_value=MAX_ID)
             | st.floats(allow_nan=False, allow_infinity=False) | no_digits
             | st.sampled_from(["lots", "1x", "-5", "1.5g", "0"]) | st.lists(st.integers(1, 5), max_size=2))
-bad_env = (st.none() | st.booleans() | st.integers() | st.text(max_size=5) | st.lists(st.text(max_size=3), max_size=2)
+bad_env = (st.none() | st.booleans() | st.integers(MIN_ID, MAX_ID) | st.text(max_size=5) | st.lists(st.text(max_size=3), max_size=2)
            | st.dictionaries(st.from_regex(r"[A-Z]{1,4}", fullmatch=True), non_str.filter(lambda v: not isinstance(v, str)),
                              min_size=1, max_size=2)
            | st.sampled_from([{"": "x"}, {"A=B": "x"}, {"A": "x\0y"}, {"A\0": "x"}]))
