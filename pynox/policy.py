@@ -122,7 +122,7 @@ class Policy:
     def _check_kernel_interfaces(self) -> None:
         """No grant may reach /proc, /sys or /dev: a path like /proc/self resolves in
         the trusted parent to the parent itself, and /dev holds raw disks."""
-        for grant in self.allow_read + self.allow_write + self.package_dirs:
+        for grant in self.allow_read + self.allow_write + self.package_dirs + self.implicit_read:
             for interface in KERNEL_INTERFACES:
                 if overlaps(grant, interface):
                     raise ValueError(f"grant {grant} would expose the kernel interface {interface}; "
@@ -161,8 +161,9 @@ class Policy:
         read = list(self.implicit_read) + list(self.allow_read) + [OWN_PROC, *DEVICES_READ]
         if self.network:
             read += list(NETWORK_FILES)
+        checked = self.allow_read + self.allow_write + self.package_dirs + self.implicit_read
         return landlock.plan_rules(abi=abi, read=read, write=list(self.allow_write), runtime=runtime,
-                                   network=self.network, devices=DEVICES_WRITE)
+                                   network=self.network, devices=DEVICES_WRITE, exact=frozenset(checked))
 
     def describe(self, backend: str) -> dict:
         """The ``policy`` object of a result."""

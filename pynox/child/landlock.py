@@ -101,9 +101,13 @@ class Ruleset:
     handled_net: int
     scoped: int
     rules: tuple  # of (path, access)
+    # Paths a trusted parent checked in resolved form: each must still resolve
+    # to itself when opened, or a symlink swapped in since could widen a grant.
+    exact: frozenset = frozenset()
 
 
-def plan_rules(*, abi: int, read: list, write: list, runtime: list, network: bool, devices: tuple = ()) -> Ruleset:
+def plan_rules(*, abi: int, read: list, write: list, runtime: list, network: bool, devices: tuple = (),
+               exact: frozenset = frozenset()) -> Ruleset:
     """Pure: the ruleset for these grants at this ABI.
 
     Read grants get read rights only, so nothing beneath them can be written,
@@ -121,7 +125,8 @@ def plan_rules(*, abi: int, read: list, write: list, runtime: list, network: boo
             rules.append((path, int(access & fs)))
     handled_net = int(NET.BIND_TCP | NET.CONNECT_TCP) if abi >= 4 and not network else 0
     scoped = int(SCOPE.ABSTRACT_UNIX_SOCKET | SCOPE.SIGNAL) if abi >= 6 else 0
-    return Ruleset(abi=abi, handled_fs=int(fs), handled_net=handled_net, scoped=scoped, rules=tuple(rules))
+    return Ruleset(abi=abi, handled_fs=int(fs), handled_net=handled_net, scoped=scoped, rules=tuple(rules),
+                   exact=frozenset(exact))
 
 
 class _RulesetAttr(ctypes.Structure):
@@ -201,6 +206,11 @@ def restrict_self(ruleset: Ruleset) -> None:
             except FileNotFoundError:
                 continue
             try:
+                if path in ruleset.exact:
+                    now = os.readlink(f"/proc/self/fd/{fd}")
+                    if now != path:
+                        raise OSError(errno.ELOOP, f"grant {path} now resolves to {now}: it changed after it "
+                                                   f"was checked")
                 if not stat.S_ISDIR(os.fstat(fd).st_mode):
                     access &= int(FILE_RIGHTS)
                 rule = _PathBeneathAttr(access, fd)

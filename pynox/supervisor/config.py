@@ -81,8 +81,12 @@ def _check_table(table, allowed, where):
 
 
 def _limits(table, base, where) -> Limits:
+    """A ceiling table; absent keys are unlimited, except the network, which a
+    present table allows only when it says ``allow_network = true``."""
+    if table is None:
+        return Limits()
     _check_table(table, LIMIT_KEYS, where)
-    values = {}
+    values = {"allow_network": False}
     for key in ("allow_read", "allow_write"):
         if key in table:
             values[key] = _paths(table[key], base, f"{where}.{key}")
@@ -125,9 +129,9 @@ def load(path: str | None, overrides: dict) -> PoolConfig:
             _fail(path, str(exc))
         base = os.path.dirname(path)
     _check_table(data, {"pool", "profiles"}, where)
+    _check_table(data.get("pool", {}), POOL_KEYS | {"limits"}, f"{where}: pool")
     pool = dict(data.get("pool", {}))
-    limits_table = pool.pop("limits", {})
-    _check_table(pool, POOL_KEYS, f"{where}: pool")
+    limits_table = pool.pop("limits", None)
     pool.update({k: v for k, v in overrides.items() if v is not None})
     workers = pool.get("workers", DEFAULT_WORKERS)
     if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 256:

@@ -5,11 +5,13 @@ before the ready event, with one ``pynox pool:`` line naming the cause and
 exit status 1 (2 for invalid options).
 """
 
+import os
 import sys
 
 from pynox.errors import UsageError
 from pynox.supervisor import config as pool_config
 from pynox.supervisor.pool import Pool, PoolStartError
+from pynox.supervisor.requests import check_profiles
 
 USAGE = "usage: pynox pool [--workers N] [--preload MOD,MOD] [--package-dir DIR] [--config FILE] [--log json]"
 OPTIONS = {"--workers": "workers", "--preload": "preload", "--package-dir": "package_dirs", "--config": "config",
@@ -58,6 +60,7 @@ def main(argv) -> int:
     path = options.pop("config", None)
     try:
         config = pool_config.load(path, options)
+        check_profiles(config, os.getcwd())
     except UsageError as exc:
         print(f"pynox pool: {exc}", file=sys.stderr)
         return 2

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 
 from pynox.child.execute import Task
-from pynox.errors import RequestError
+from pynox.errors import RequestError, UsageError
 from pynox.policy import (DEFAULT_MAX_FILE_SIZE, DEFAULT_MAX_OUTPUT, DEFAULT_MEMORY, DEFAULT_TIMEOUT_MS, Policy,
                           beneath, resolve_path)
 from pynox.supervisor.config import PoolConfig
@@ -149,6 +149,8 @@ def validate(obj, config: PoolConfig, cwd: str) -> JobSpec:
     # A write grant reads too, so reading beneath a write limit is within the ceiling.
     readable = None if limits.allow_read is None else limits.allow_read + (limits.allow_write or ())
     _within(resolved["allow_read"], readable, "allow_read")
+    _within(resolved["package_dirs"], readable, "package_dirs")
+    _within(implicit, readable, "script")
     _within(resolved["allow_write"], limits.allow_write, "allow_write")
     network = fields.get("allow_network", False)
     if not isinstance(network, bool):
@@ -173,3 +175,15 @@ def validate(obj, config: PoolConfig, cwd: str) -> JobSpec:
     except ValueError as exc:
         _fail(str(exc))
     return JobSpec(id=rid, task=task, policy=policy)
+
+
+def check_profiles(config: PoolConfig, cwd: str) -> None:
+    """Apply each profile to an empty job now, so a bad value stops the pool at
+    start (naming the profile) rather than failing every request that uses it."""
+    for name in [None, *config.profiles]:
+        request = {"id": 0, "code": ""} if name is None else {"id": 0, "code": "", "profile": name}
+        try:
+            validate(request, config, cwd)
+        except RequestError as exc:
+            where = "pool" if name is None else f"profiles.{name}"
+            raise UsageError(f"{config.path or 'pynox pool'}: {where}: {exc}") from exc

@@ -127,3 +127,49 @@ def test_reading_beneath_a_write_limit_is_within_the_ceiling(limited, tree):
     (tree / "work" / "note.txt").write_text("n")
     result = limited.run("print(open('work/note.txt').read())", allow_read=["work"])
     assert result["exit"] == 0 and result["stdout"] == "n\n", result
+
+
+def test_a_limits_table_without_allow_network_denies_it(tree):
+    config = write_config(tree / "conf", "[pool.limits]\ntimeout = '5s'\n")
+    with Pool("--config", str(config), cwd=tree) as p:
+        result = p.run("import socket; socket.socket()", allow_network=True)
+    assert result["error"]["type"] == "RequestError" and "network" in result["error"]["message"]
+
+
+@pytest.mark.parametrize("fields", [{"package_dirs": ["other"]}, {"script": "other/s.py", "code": None}])
+def test_package_dirs_and_scripts_stay_within_the_ceiling(limited, tree, fields):
+    (tree / "other" / "s.py").write_text("print('escaped')\n")
+    fields = {k: v for k, v in fields.items() if v is not None}
+    result = limited.run(None if "script" in fields else "print('escaped')", **fields)
+    assert result["error"]["type"] == "RequestError" and "outside" in result["error"]["message"], result
+    assert "escaped" not in result["stdout"]
+
+
+def test_a_grant_swapped_for_a_symlink_after_validation_is_refused(tree):
+    """Job A, already running, replaces a directory that job B's queued request
+    names with a symlink to elsewhere: B must not get the new target."""
+    config = write_config(tree / "conf", CONFIG)
+    (tree / "work" / "d").mkdir()
+    (tree / "other" / "secret.txt").write_text("topsecret")
+    with Pool("--config", str(config), cwd=tree) as p:
+        p.send({"id": "a", "allow_write": ["work"], "code":
+                "import os, time\ntime.sleep(1)\nos.rmdir('work/d')\n"
+                f"os.symlink({str(tree / 'other')!r}, 'work/d')\n"})
+        p.send({"id": "b", "allow_write": ["work/d"],
+                "code": "print(open('work/d/secret.txt').read()); open('work/d/target.txt', 'w').write('x')"})
+        answers = {m["id"]: m for m in (p.read(30), p.read(30))}
+    assert answers["a"]["exit"] == 0, answers["a"]
+    b = answers["b"]
+    assert "topsecret" not in b["stdout"] and not (tree / "other" / "target.txt").exists(), b
+    assert b["error"]["type"] == "SandboxSetupError" and "changed" in b["error"]["message"], b
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("[profiles.p]\ntimeout = 'bogus'\n", b"profiles.p"),
+    ("[profiles.p]\nallow_network = 'yes'\n", b"profiles.p"),
+    ("pool = 5\n", b"pool"),
+    ("[pool]\npackage_dirs = ['/proc']\n", b"kernel interface"),
+])
+def test_bad_profiles_and_tables_stop_the_pool_at_start(tree, text, needle):
+    proc = run_pool(write_config(tree / "conf", text), tree)
+    assert proc.returncode == 2 and needle in proc.stderr and proc.stdout == b""
