@@ -152,12 +152,15 @@ def _serve(sock: socket.socket, ctx: Context) -> int:
     request = _await_run(sock, conn)
     policy = policy_from_wire(request.body["policy"])
     task = Task(**{k: tuple(v) if k == "args" else v for k, v in request.body["task"].items()})
-    os.chdir(request.body["cwd"])
-    if task.kind == "module":
-        _prime_finder(os.getcwd())
     try:
         if early_failure is not None:
             raise early_failure
+        try:
+            os.chdir(request.body["cwd"])
+        except OSError as exc:
+            raise SandboxSetupError("working-directory", f"{exc.strerror}: {request.body['cwd']}") from exc
+        if task.kind == "module":
+            _prime_finder(os.getcwd())
         confine.apply(plan_for(policy, ctx))
     except SandboxSetupError as exc:
         sock.sendall(conn.send_reply(request, setup_error={"step": exc.step, "message": clean_text(exc.detail)}))

@@ -104,6 +104,7 @@ class Pool:
         self.abi = None
         self.preloaded = []
         self.ready_sent = False  # no request is read before the ready event
+        self.lines_waiting = False  # the framer may hold lines not yet acted on
 
     # -- start and stop -------------------------------------------------
 
@@ -177,6 +178,7 @@ class Pool:
                 if self.stop_signal is not None:
                     self._abandon(f"the pool was stopped by {signal.Signals(self.stop_signal).name}")
                     return 128 + self.stop_signal
+                self._take_lines()
                 self._dispatch()
                 if not self.stdin_open and not self.in_flight and not self.pending_out:
                     return 0
@@ -208,8 +210,8 @@ class Pool:
         self._enforce_deadlines()
 
     def _update_intake(self):
-        want = (self.ready_sent and self.stdin_open and len(self.queue) < 2 * self.config.workers
-                and len(self.pending_out) < OUTPUT_HIGH_WATER and self.stop_signal is None)
+        want = (self.ready_sent and self.stdin_open and not self.lines_waiting and self._queue_has_room()
+                and self.stop_signal is None)
         if want and not self.stdin_registered:
             self.selector.register(self.stdin_fd, selectors.EVENT_READ, self._on_stdin)
         elif not want and self.stdin_registered:
@@ -217,6 +219,9 @@ class Pool:
         self.stdin_registered = want
         if self.pending_out:
             self._modify_stdout(True)
+
+    def _queue_has_room(self) -> bool:
+        return len(self.queue) < 2 * self.config.workers and len(self.pending_out) < OUTPUT_HIGH_WATER
 
     def _modify_stdout(self, want):
         try:
@@ -260,11 +265,19 @@ class Pool:
         except BlockingIOError:
             return
         self.framer.feed(data)
-        while True:
+        self.lines_waiting = True
+        self._take_lines()
+
+    def _take_lines(self):
+        """Act on buffered request lines while the queue has room; the rest wait
+        in the framer, and stdin is not read again until they are taken."""
+        while self.lines_waiting and self._queue_has_room():
             frame = self.framer.next_frame()
             if frame is NEED_DATA:
+                self.lines_waiting = False
                 return
             if frame is EOF:
+                self.lines_waiting = False
                 self.stdin_open = False
                 return
             if isinstance(frame, Oversized):
@@ -305,9 +318,10 @@ class Pool:
             written = os.write(self.stdout_fd, self.pending_out)
         except BlockingIOError:
             return
-        except BrokenPipeError:
+        except OSError:  # a closed pipe or a full device: nobody can read results
             self.pending_out.clear()
-            self.stdin_open = False  # nobody reads results: stop taking work
+            self.stdin_open = False  # so stop taking work
+            self.lines_waiting = False
             return
         del self.pending_out[:written]
         if not self.pending_out:

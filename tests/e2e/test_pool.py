@@ -341,3 +341,22 @@ def test_a_job_near_the_line_limit_still_runs(pool):
     padding = "x" * (900 * 1024)
     result = pool.run(f"data = {padding!r}\nprint(len(data))")
     assert result["exit"] == 0 and result["stdout"] == f"{900 * 1024}\n", result["error"]
+
+
+def test_the_queue_holds_twice_the_worker_count(tmp_path):
+    """Requests beyond running jobs plus 2 x workers stay unread in the pipe:
+    a SIGTERM then answers only what the pool had accepted."""
+    with Pool("--workers", "1", cwd=tmp_path) as p:
+        for i in range(30):
+            p.send({"id": i, "code": "import time; time.sleep(10)"})
+        time.sleep(1.0)
+        p.process.send_signal(signal.SIGTERM)
+        answers = []
+        while True:
+            try:
+                answers.append(p.read(timeout=10))
+            except PoolClosed:
+                break
+        # one running, at most two queued, at most one line in the framer's hands
+        assert 1 <= len(answers) <= 4, [a["id"] for a in answers]
+        assert all(a["error"]["type"] == "PoolWorkerError" for a in answers)
