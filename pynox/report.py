@@ -40,6 +40,14 @@ class ChildReport:
             elif isinstance(event, Reply) and event.id == self.run_id:
                 self._on_reply(event.body)
 
+    def take(self, data: bytes, sock) -> None:
+        """Feed bytes read from ``sock`` and send back what the child is owed, without waiting."""
+        for answer in self.feed(data):
+            try:
+                sock.send(answer)
+            except OSError:
+                pass  # a child that does not read its answers only loses them
+
     def _on_reply(self, body: dict) -> None:
         if not self.started and self.setup_error is None and isinstance(body.get("setup_error"), dict):
             self.setup_error = body["setup_error"]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pynox.capture import BoundedBuffer
 from pynox.child import landlock, seccomp
 from pynox.child.execute import PYNOX_ERROR_TYPES, Task
-from pynox.child.serve import SETUP_FAILED, Context, policy_to_wire, serve
+from pynox.child.serve import SETUP_FAILED, Context, run_request, serve
 from pynox.errors import SandboxSetupError, error_dict
 from pynox.policy import Policy
 from pynox.report import ChildReport
@@ -104,7 +104,7 @@ def launch(ctx: Context, policy: Policy, task: Task, *, capture: bool, cwd: str)
     pidfd = os.pidfd_open(pid)
     try:
         conn = Connection()
-        run_id, data = conn.send_request("run", task=_task_to_wire(task), policy=policy_to_wire(policy), cwd=cwd)
+        run_id, data = run_request(conn, task, policy, cwd)
         parent_sock.sendall(data)
         report = ChildReport(conn, run_id)
         timed_out = _watch(pidfd, parent_sock, report, buffers, start + policy.timeout_ms * 1_000_000)
@@ -124,10 +124,6 @@ def launch(ctx: Context, policy: Policy, task: Task, *, capture: bool, cwd: str)
     values = list(buffers.values())
     return Finished(status=status, timed_out=timed_out, report=report, duration_us=duration_us,
                     stdout=values[0] if values else None, stderr=values[1] if values else None)
-
-
-def _task_to_wire(task: Task) -> dict:
-    return {"kind": task.kind, "target": task.target, "name": task.name, "args": list(task.args)}
 
 
 def _watch(pidfd, sock, report, buffers, deadline_ns):
@@ -166,11 +162,7 @@ def _watch(pidfd, sock, report, buffers, deadline_ns):
             if fd in buffers:
                 buffers[fd].feed(data)
             else:
-                for answer in report.feed(data):
-                    try:
-                        sock.send(answer)
-                    except OSError:
-                        pass  # a child that does not read its answers only loses them
+                report.take(data, sock)
             if not data:
                 selector.unregister(fd)
                 open_streams.discard(fd)

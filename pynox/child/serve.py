@@ -63,6 +63,14 @@ def warm(ctx: Context) -> None:
     gc.freeze()
 
 
+def run_request(conn: Connection, task: Task, policy: Policy, cwd: str) -> tuple:
+    """(id, bytes) of the ``run`` request a parent sends a waiting child: the one
+    job message, shaped here beside :func:`_serve`, which reads it."""
+    return conn.send_request("run", task={"kind": task.kind, "target": task.target, "name": task.name,
+                                          "args": list(task.args)},
+                             policy=policy_to_wire(policy), cwd=cwd)
+
+
 def policy_to_wire(policy: Policy) -> dict:
     return {name: getattr(policy, name) for name in Policy.__slots__}
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import orjson
 
 from pynox.capture import BoundedBuffer
-from pynox.child.serve import policy_to_wire
+from pynox.child.serve import run_request
 from pynox.errors import RequestError, error_dict
 from pynox.single_run import DRAIN_S, Finished, backend_name, result, runtime_info
 from pynox.supervisor import outcomes
@@ -424,10 +424,7 @@ class Pool:
             self.selector.register(fd, selectors.EVENT_READ, lambda _m, j=job, f=fd: self._on_stream(j, f))
         self.selector.register(job.pidfd, selectors.EVENT_READ, lambda _m, j=job: self._on_child_exit(j))
         conn = Connection()
-        run_id, data = conn.send_request(
-            "run", task={"kind": job.spec.task.kind, "target": job.spec.task.target, "name": job.spec.task.name,
-                         "args": list(job.spec.task.args)},
-            policy=policy_to_wire(job.spec.policy), cwd=self.cwd)
+        run_id, data = run_request(conn, job.spec.task, job.spec.policy, self.cwd)
         job.report = ChildReport(conn, run_id)
         job.started_ns = time.monotonic_ns()
         job.deadline_ns = job.started_ns + job.spec.policy.timeout_ms * 1_000_000
@@ -502,7 +499,6 @@ class Pool:
         if template.state not in (TemplateState.STARTING, TemplateState.WARM):
             return
         was_starting = template.state is TemplateState.STARTING
-        template.reason = reason
         template.life.fire("fail")
         self._unregister(template.sock)
         self._unregister(template.pidfd)
@@ -547,11 +543,7 @@ class Pool:
             return
         except OSError:
             data = b""
-        for answer in job.report.feed(data):
-            try:
-                job.sock.send(answer)
-            except OSError:
-                pass  # a child that does not read its answers only loses them
+        job.report.take(data, job.sock)
         if not data:
             self._unregister(job.sock)
             job.sock.close()

@@ -32,7 +32,6 @@ class TemplateProcess:
         self.spawning = None  # the Spare whose spawn request awaits its reply
         self.spare = None  # a child forked ahead, waiting for a job
         self.preloaded = []
-        self.reason = None
         ours, theirs = socket.socketpair()
         # BLAS pools started at import would make the template multi-threaded,
         # and forking a threaded process is unsafe: preloaded numpy runs on one thread.

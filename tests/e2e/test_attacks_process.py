@@ -508,9 +508,9 @@ def test_descriptors_inherited_from_the_caller_are_closed(pynox, fs, snapshot):
     outside every grant) must not reach the task."""
     fd = os.open(fs.outside_file, os.O_RDWR)
     before = snapshot(fs.outside_file)
-    code = textwrap.dedent(f"""\
+    code = textwrap.dedent("""\
         import os, stat
-        found = {{}}
+        found = {}
         for fd in range(3, 1024):
             try:
                 mode = os.fstat(fd).st_mode
@@ -523,7 +523,7 @@ def test_descriptors_inherited_from_the_caller_are_closed(pynox, fs, snapshot):
                 found[fd] += ' ' + os.pread(fd, 100, 0).decode(errors='replace')
                 os.pwrite(fd, b'pwned', 0)
             except OSError as e:
-                found[fd] += f' errno {{e.errno}}'
+                found[fd] += f' errno {e.errno}'
         print(found)
         """)
     try:

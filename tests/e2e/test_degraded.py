@@ -5,7 +5,6 @@ fail (as a kernel without Landlock, or a container runtime that blocks
 seccomp, would) and then executes pynox under it; filters survive exec.
 """
 
-import errno
 import json
 import subprocess
 import sys

@@ -14,6 +14,7 @@ import time
 import orjson
 import pytest
 
+from processes import alive, descendants, templates_of, wait_until
 from pynox.client import Pool, PoolClosed
 
 READY_KEYS = {"event", "workers", "runtime", "preloaded_modules", "package_dirs", "config", "profiles"}
@@ -22,50 +23,6 @@ RESULT_KEYS = {"id", "exit", "stdout", "stderr", "error", "stdout_truncated", "s
 POLICY_KEYS = {"allow_read", "allow_write", "network", "subprocesses", "timeout_ms", "memory_bytes", "backend"}
 STATS_KEYS = {"id", "event", "uptime_ms", "workers", "sessions_active", "jobs", "ok", "failed", "timeouts",
               "signals", "request_errors", "worker_errors", "duration_ms_total", "queue_us_total", "errors"}
-
-
-def descendants(pid):
-    """Every live descendant pid of ``pid`` (from /proc children lists)."""
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        try:
-            tasks = os.listdir(f"/proc/{current}/task")
-        except FileNotFoundError:
-            continue
-        for tid in tasks:
-            try:
-                with open(f"/proc/{current}/task/{tid}/children") as f:
-                    kids = [int(k) for k in f.read().split()]
-            except FileNotFoundError:
-                continue
-            found += kids
-            todo += kids
-    return found
-
-
-def templates_of(pool_pid):
-    """The pool's template processes: its direct children (their forks share the cmdline)."""
-    with open(f"/proc/{pool_pid}/task/{pool_pid}/children") as f:
-        kids = [int(k) for k in f.read().split()]
-    return [pid for pid in kids if b"pynox.template" in open(f"/proc/{pid}/cmdline", "rb").read()]
-
-
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def wait_until(predicate, seconds=10.0):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
 
 
 @pytest.fixture
@@ -239,7 +196,10 @@ def test_a_killed_template_fails_its_job_and_is_replaced(tmp_path):
 
 def test_a_template_that_stops_answering_is_replaced(tmp_path):
     with Pool("--workers", "1", cwd=tmp_path) as p:
-        # Wait for the child the template forks ahead, so the job surely binds to it.
+        # The child forked ahead for the next job is asked for while a job runs; a job
+        # that lasts half a second leaves the template ample time to have answered,
+        # so the job below surely binds to that child.
+        assert p.run("import time; time.sleep(0.5)", wait=60)["exit"] == 0
         assert wait_until(lambda: len(descendants(p.process.pid)) == 2)
         stopped = templates_of(p.process.pid)[0]
         os.kill(stopped, signal.SIGSTOP)

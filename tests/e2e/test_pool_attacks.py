@@ -28,6 +28,7 @@ import uuid
 import orjson
 import pytest
 
+from processes import alive, descendants, templates_of, wait_until
 from pynox.client import Pool
 
 SECRET = "pool-attack-secret-" + uuid.uuid4().hex
@@ -51,51 +52,6 @@ FIND_WIRE = textwrap.dedent("""\
 
 
 # --- helpers ---------------------------------------------------------------------------------
-
-def children_of(pid):
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(k) for k in f.read().split()]
-    except FileNotFoundError:
-        return []
-
-
-def descendants(pid):
-    found, todo = [], [pid]
-    while todo:
-        kids = children_of(todo.pop())
-        found += kids
-        todo += kids
-    return found
-
-
-def templates_of(pool_pid):
-    out = []
-    for pid in children_of(pool_pid):
-        try:
-            if b"pynox.template" in open(f"/proc/{pid}/cmdline", "rb").read():
-                out.append(pid)
-        except FileNotFoundError:
-            pass
-    return sorted(out)
-
-
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def wait_until(predicate, seconds=10.0):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
-
 
 def fd_count(pid):
     return len(os.listdir(f"/proc/{pid}/fd"))
